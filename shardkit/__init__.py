@@ -1,0 +1,48 @@
+"""shardkit: raw image and CSV trees -> checksummed HDF5 / LMDB / .pt shards -> torch Datasets.
+
+Heavy libraries (torch, h5py, lmdb, PIL) load only when the names that need them are used.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .errors import (ConversionError, CorruptSampleError, CorruptShardError, DestinationExistsError,
+                     EmptySourceError, LockedError, ManifestError, NotADatasetError, SampleError,
+                     ShardkitError, SourceError, UsageError)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "ConvertReport": "shardkit.conversion",
+    "HDF5Dataset": "shardkit.dataset",
+    "LMDBDataset": "shardkit.dataset",
+    "PTDataset": "shardkit.dataset",
+    "ShardAwareSampler": "shardkit.sampler",
+    "ShardDataset": "shardkit.dataset",
+    "VerifyReport": "shardkit.verification",
+    "convert": "shardkit.conversion",
+    "open_dataset": "shardkit.dataset",
+    "verify": "shardkit.verification",
+    "worker_init_fn": "shardkit.handles",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'shardkit' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = sorted([
+    "ConversionError", "ConvertReport", "CorruptSampleError", "CorruptShardError", "DestinationExistsError",
+    "EmptySourceError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError", "NotADatasetError",
+    "PTDataset", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardkitError", "SourceError",
+    "UsageError", "VerifyReport", "__version__", "convert", "open_dataset", "verify", "worker_init_fn",
+])

@@ -1,0 +1,377 @@
+"""convert(): SRC -> planned shards written by the sink (in parallel) -> manifest, written last."""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .errors import (ConversionError, DestinationExistsError, EmptySourceError, ShardkitError,
+                     UsageError)
+from .formats import get_format
+from .journal import JOURNAL_DIR, Journal
+from .manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
+from .plan import ShardTask, cut_shards, make_tasks
+from .progress import Progress
+from .sink import ShardResult, SinkContext, write_shard
+from .sources import Skipped, open_source
+from .units import parse_part, parse_size
+
+DEFAULT_SHARD_SIZE = "256MB"
+
+
+@dataclass
+class ConvertOptions:
+    """Every convert option of the CLI, with its default."""
+
+    format: str = "hdf5"
+    shard_size: Optional[Any] = None
+    samples_per_shard: Optional[int] = None
+    image_mode: str = "passthrough"
+    resize: Optional[int] = None
+    size: Optional[Tuple[int, int]] = None
+    quality: Optional[int] = None
+    background: str = "#ffffff"
+    compression: str = "none"
+    compression_level: Optional[int] = None
+    labels: Optional[str] = None
+    path_column: Optional[str] = None
+    label_column: Optional[str] = None
+    no_labels: bool = False
+    delimiter: Optional[str] = None
+    columns: Optional[Sequence[str]] = None
+    text_columns: Optional[Sequence[str]] = None
+    schema_file: Optional[str] = None
+    readahead: Optional[bool] = None
+    workers: int = 1
+    on_error: str = "skip"
+    max_errors: Optional[int] = None
+    resume: bool = False
+    overwrite: bool = False
+    part: Optional[Any] = None
+    quiet: bool = False
+
+    def validate(self) -> None:
+        """Raise UsageError for contradictory or out-of-range options."""
+        if self.on_error not in ("skip", "fail"):
+            raise UsageError(f"--on-error must be skip or fail, not {self.on_error!r}")
+        if self.workers < 1:
+            raise UsageError("--workers must be at least 1")
+        if self.samples_per_shard is not None and self.samples_per_shard < 1:
+            raise UsageError("--samples-per-shard must be at least 1")
+        if self.max_errors is not None and self.max_errors < 0:
+            raise UsageError("--max-errors must be 0 or more")
+        if self.resume and self.overwrite:
+            raise UsageError("--resume and --overwrite contradict each other")
+        if self.compression_level is not None and self.compression != "gzip":
+            raise UsageError("--compression-level applies to --compression gzip only")
+        if self.compression_level is not None and not 0 <= self.compression_level <= 9:
+            raise UsageError("--compression-level must be between 0 and 9")
+
+    @property
+    def max_shard_bytes(self) -> Optional[int]:
+        if self.shard_size is None and self.samples_per_shard is not None:
+            return None
+        return parse_size(self.shard_size if self.shard_size is not None else DEFAULT_SHARD_SIZE)
+
+    @property
+    def part_tuple(self) -> Optional[Tuple[int, int]]:
+        if self.part is None or isinstance(self.part, tuple):
+            return self.part
+        return parse_part(self.part)
+
+
+@dataclass
+class ConvertReport:
+    """What a conversion did; to_dict() is the CLI's --json."""
+
+    dst: str
+    format: str
+    num_samples: int
+    num_shards: int
+    shards_written: int
+    shards_reused: int
+    skipped: int
+    bytes_written: int
+    source_bytes: int
+    seconds: float
+    warnings: List[str] = field(default_factory=list)
+
+    @property
+    def samples_per_second(self) -> float:
+        return self.num_samples / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["samples_per_second"] = round(self.samples_per_second, 1)
+        return data
+
+
+def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertReport:
+    """Convert SRC into a dataset of shards at DST; see ConvertOptions for the keywords."""
+    try:
+        options = ConvertOptions(format=format, **kwargs)
+    except TypeError as exc:
+        raise UsageError(f"convert: {exc}") from None
+    options.validate()
+    started = time.monotonic()
+    src, dst = os.fspath(src), os.fspath(dst)
+    source = open_source(src, options)
+    fmt = get_format(options.format)
+    schema = dataclasses.replace(source.schema, compression=options.compression,
+                                 compression_level=options.compression_level)
+    fmt.check(schema)
+    ranges = cut_shards(source.item_sizes(), options.max_shard_bytes, options.samples_per_shard)
+    tasks = make_tasks(ranges, options.part_tuple)
+    if not ranges:
+        raise EmptySourceError(f"{src}: no input to convert ({_describe_summary(source.summary())})", path=src)
+    fingerprint = _fingerprint(source.fingerprint(), options, schema, ranges)
+    finished = _already_complete(dst, fingerprint, options)
+    if finished is not None:
+        return _report_for(finished, dst, started, reused=len(finished.shards))
+    journal = _prepare_destination(dst, options)
+    try:
+        created = _start_or_resume(journal, fingerprint, options)
+        done, pending = _split_done(journal, dst, tasks, fmt.extension)
+        plan_skipped = source.plan_skipped()
+        if plan_skipped and options.on_error == "fail":
+            raise ConversionError(f"{plan_skipped[0].message()} (--on-error fail)", path=plan_skipped[0].path)
+        ctx = SinkContext(dst=dst, source=source, format_name=fmt.name, schema=schema,
+                          format_options=fmt.default_options(schema, int(source.item_sizes().sum())),
+                          on_error=options.on_error, max_errors=options.max_errors)
+        if options.readahead is not None:
+            ctx.format_options["readahead"] = bool(options.readahead)
+        results = done + _run(ctx, pending, options, already_skipped=len(plan_skipped))
+        results.sort(key=lambda result: result.shard)
+        manifest = _assemble(results, source, fmt, ctx, created, fingerprint, plan_skipped, options, src)
+        if manifest.num_samples == 0:
+            _remove_outputs(dst)
+            raise EmptySourceError(f"{src}: no usable sample; every input was skipped "
+                                   f"(first: {_first_skip(results, plan_skipped)})", path=src)
+        skipped_lines = [item.to_dict() for item in plan_skipped]
+        for result in results:
+            skipped_lines.extend(result.skipped)
+        _write_skipped(dst, skipped_lines)
+        manifest.save(dst)
+        journal.remove()
+    finally:
+        journal.unlock()
+    report = _report_for(manifest, dst, started, reused=len(done))
+    report.skipped = len(skipped_lines)
+    report.warnings = [f"class folder {name!r} holds no image" for name in source.summary().get("empty_classes", [])]
+    return report
+
+
+def _fingerprint(source_fp: str, options: ConvertOptions, schema: Any, ranges: List[Tuple[int, int]]) -> str:
+    record = {"source": source_fp, "format": options.format, "schema": schema.to_dict(),
+              "ranges": ranges, "part": options.part_tuple}
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def _already_complete(dst: str, fingerprint: str, options: ConvertOptions) -> Optional[Manifest]:
+    """With --resume, a DST already finished from the same plan needs no work."""
+    if not options.resume or not (Path(dst) / MANIFEST_NAME).is_file() or (Path(dst) / JOURNAL_DIR).exists():
+        return None
+    manifest = load_manifest(dst)
+    if manifest.source.get("fingerprint") != fingerprint:
+        raise UsageError(f"{dst}: already holds a complete dataset made from other input or options; "
+                         "use --overwrite to replace it", path=dst)
+    return manifest
+
+
+_OWN_ENTRIES = {MANIFEST_NAME, SKIPPED_NAME, SHARDS_DIR, JOURNAL_DIR}
+
+
+def _prepare_destination(dst: str, options: ConvertOptions) -> Journal:
+    """Create DST (refusing a non-empty one without --overwrite/--resume) and take its lock."""
+    path = Path(dst)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{dst}: exists and is not a directory", path=dst)
+    entries = sorted(os.listdir(dst)) if path.is_dir() else []
+    if entries and not (options.overwrite or options.resume):
+        raise DestinationExistsError(f"{dst}: is not empty; pass --overwrite to replace it or --resume to "
+                                     "continue an interrupted conversion", path=dst)
+    foreign = [name for name in entries if name not in _OWN_ENTRIES]
+    if foreign and options.overwrite:
+        raise DestinationExistsError(f"{dst}: holds files shardkit did not write ({', '.join(foreign[:3])}); "
+                                     "refusing to delete them — choose an empty DST", path=dst)
+    if entries and options.resume and not Journal(dst).exists():
+        raise UsageError(f"{dst}: nothing to resume here (no unfinished conversion); "
+                         "use --overwrite to start over", path=dst)
+    (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
+    journal = Journal(dst)
+    journal.lock()
+    if options.overwrite:
+        _remove_outputs(dst, keep_lock=True)
+        (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
+    return journal
+
+
+def _remove_outputs(dst: str, keep_lock: bool = False) -> None:
+    path = Path(dst)
+    for name in (MANIFEST_NAME, SKIPPED_NAME):
+        if (path / name).exists():
+            (path / name).unlink()
+    shutil.rmtree(path / SHARDS_DIR, ignore_errors=True)
+    if not keep_lock:
+        shutil.rmtree(path / JOURNAL_DIR, ignore_errors=True)
+
+
+def _start_or_resume(journal: Journal, fingerprint: str, options: ConvertOptions) -> str:
+    """Record the plan of a fresh run, or check that a resumed run has the same plan."""
+    previous = journal.read_plan()
+    if options.resume and previous is not None:
+        if previous.get("fingerprint") != fingerprint:
+            raise UsageError(f"{journal.root.parent}: SRC or options differ from the interrupted run; "
+                             "resume with the same ones, or use --overwrite to start over",
+                             path=str(journal.root.parent))
+        return str(previous["created"])
+    created = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    journal.clear_done()
+    journal.write_plan({"fingerprint": fingerprint, "created": created})
+    return created
+
+
+def _split_done(journal: Journal, dst: str, tasks: List[ShardTask],
+                extension: str) -> Tuple[List[ShardResult], List[ShardTask]]:
+    """Finished shards (done record + file of that size) and the tasks still to do."""
+    done: List[ShardResult] = []
+    pending: List[ShardTask] = []
+    for task in tasks:
+        record = journal.read_done(task.name)
+        if record is not None:
+            result = ShardResult.from_dict(record)
+            file = Path(dst) / result.path
+            if file.is_file() and file.stat().st_size == result.size:
+                done.append(result)
+                continue
+        pending.append(task)
+    return done, pending
+
+
+_WORKER_CTX: Optional[SinkContext] = None
+_WORKER_COUNTERS: Any = None
+
+
+def _init_worker(ctx: SinkContext, counters: Any) -> None:
+    global _WORKER_CTX, _WORKER_COUNTERS
+    _WORKER_CTX, _WORKER_COUNTERS = ctx, counters
+
+
+def _count_in_worker(items: int, nbytes: int) -> None:
+    with _WORKER_COUNTERS.get_lock():
+        _WORKER_COUNTERS[0] += items
+        _WORKER_COUNTERS[1] += nbytes
+
+
+def _write_in_worker(task: ShardTask) -> ShardResult:
+    assert _WORKER_CTX is not None
+    return write_shard(_WORKER_CTX, task, progress=_count_in_worker)
+
+
+def _run(ctx: SinkContext, tasks: List[ShardTask], options: ConvertOptions, already_skipped: int) -> List[ShardResult]:
+    """Write the pending shards, in this process or in worker processes, with a progress bar."""
+    total = sum(task.stop - task.start for task in tasks)
+    skipped = already_skipped
+    results: List[ShardResult] = []
+    with Progress(total, "convert", quiet=options.quiet) as bar:
+        def check(result: ShardResult) -> None:
+            nonlocal skipped
+            skipped += len(result.skipped)
+            if options.max_errors is not None and skipped > options.max_errors:
+                raise ConversionError(f"more than {options.max_errors} inputs failed (--max-errors); "
+                                      f"see the reasons with --on-error fail or in a run without the limit")
+            results.append(result)
+
+        try:
+            if options.workers <= 1 or len(tasks) <= 1:
+                for task in tasks:
+                    check(write_shard(ctx, task, progress=bar.advance))
+                return results
+            mp = multiprocessing.get_context("spawn")
+            counters = mp.Array("q", 2)
+            with ProcessPoolExecutor(options.workers, mp_context=mp, initializer=_init_worker,
+                                     initargs=(ctx, counters)) as pool:
+                pending = {pool.submit(_write_in_worker, task) for task in tasks}
+                try:
+                    while pending:
+                        finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                        bar.set(counters[0], counters[1])
+                        for future in finished:
+                            check(future.result())
+                except BaseException:
+                    for future in pending:
+                        future.cancel()
+                    raise
+            bar.set(counters[0], counters[1])
+            return results
+        except KeyboardInterrupt:
+            raise ConversionError(f"{ctx.dst}: interrupted; finished shards are kept — run the same "
+                                  "command with --resume to continue", path=ctx.dst) from None
+
+
+def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContext, created: str,
+              fingerprint: str, plan_skipped: List[Skipped], options: ConvertOptions, src: str) -> Manifest:
+    entries: List[ShardEntry] = []
+    first = 0
+    tags: Dict[str, int] = {}
+    for result in results:
+        entries.append(ShardEntry(result.path, result.num_samples, first, result.size, result.sha256))
+        first += result.num_samples
+        for tag, count in result.tags.items():
+            tags[tag] = tags.get(tag, 0) + count
+    summary = source.summary()
+    summary.update({
+        "converted": first,
+        "skipped": len(plan_skipped) + sum(len(result.skipped) for result in results),
+        "bytes": sum(result.source_bytes for result in results),
+        "detected": dict(sorted(tags.items())),
+    })
+    part = options.part_tuple
+    from . import __version__
+    return Manifest(format_name=fmt.name, format_version=fmt.version, schema=ctx.schema, shards=entries,
+                    classes=list(source.classes),
+                    source={"kind": source.kind, "path": os.path.abspath(src), "summary": summary,
+                            "fingerprint": fingerprint},
+                    format_options=ctx.format_options, created=created, shardkit_version=__version__,
+                    part=None if part is None else {"index": part[0], "count": part[1]})
+
+
+def _write_skipped(dst: str, lines: List[Dict[str, Any]]) -> None:
+    from .integrity import atomic_write_bytes
+    text = "".join(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n" for line in lines)
+    atomic_write_bytes(Path(dst) / SKIPPED_NAME, text.encode("utf-8", "surrogateescape"))
+
+
+def _first_skip(results: List[ShardResult], plan_skipped: List[Skipped]) -> str:
+    for item in plan_skipped:
+        return item.message()
+    for result in results:
+        for line in result.skipped:
+            return Skipped(**line).message()
+    return "none"
+
+
+def _describe_summary(summary: Dict[str, Any]) -> str:
+    return ", ".join(f"{key.replace('_', ' ')}: {value}" for key, value in summary.items()
+                     if isinstance(value, int)) or "empty"
+
+
+def _report_for(manifest: Manifest, dst: str, started: float, reused: int) -> ConvertReport:
+    summary = manifest.source.get("summary", {})
+    return ConvertReport(dst=dst, format=manifest.format_name, num_samples=manifest.num_samples,
+                         num_shards=len(manifest.shards), shards_written=len(manifest.shards) - reused,
+                         shards_reused=reused, skipped=int(summary.get("skipped", 0)),
+                         bytes_written=manifest.total_bytes, source_bytes=int(summary.get("bytes", 0)),
+                         seconds=time.monotonic() - started)
+
+
+__all__ = ["ConvertOptions", "ConvertReport", "ShardkitError", "convert"]

@@ -1,0 +1,176 @@
+"""The read side: a torch Dataset over a shardkit DST, for any registered format."""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import torch.utils.data
+
+from .codecs.decode import make_decoder
+from .errors import CorruptSampleError, CorruptShardError, ManifestError, UsageError
+from .formats import get_format
+from .formats.base import ShardReader
+from .handles import HANDLES
+from .manifest import Manifest, load_manifest
+from .records import Encoded
+
+
+class ShardDataset(torch.utils.data.Dataset):
+    """Random access to every sample of a shardkit dataset: ds[i] -> (sample, label) or sample.
+
+    File handles are opened lazily per process and kept in a bounded LRU, so the dataset
+    pickles without them and works in DataLoader workers under fork and spawn.
+    """
+
+    format_name: Optional[str] = None
+
+    def __init__(self, root: "str | os.PathLike[str]", decode: Optional[str] = "pil",
+                 transform: Optional[Callable[[Any], Any]] = None,
+                 target_transform: Optional[Callable[[Any], Any]] = None,
+                 verify_checksums: bool = False, max_open_shards: int = 128,
+                 **format_options: Any) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        self.manifest: Manifest = load_manifest(self.root)
+        if self.format_name is not None and self.manifest.format_name != self.format_name:
+            raise UsageError(f"{self.root}: holds {self.manifest.format_name} shards, not {self.format_name}; "
+                             "use shardkit.open_dataset to pick the right reader", path=self.root)
+        fmt = get_format(self.manifest.format_name)
+        if self.manifest.format_version > fmt.version:
+            raise ManifestError(f"{self.root}: {fmt.name} format version {self.manifest.format_version} is newer "
+                                f"than this shardkit reads ({fmt.version}); upgrade shardkit", path=self.root)
+        if max_open_shards < 1:
+            raise UsageError("max_open_shards must be at least 1")
+        self.decode = decode
+        self.transform = transform
+        self.target_transform = target_transform
+        self.verify_checksums = verify_checksums
+        self.max_open_shards = max_open_shards
+        self._format_options: Dict[str, Any] = {**self.manifest.format_options, **format_options}
+        self._decoder = make_decoder(self.manifest.schema, decode)
+        self._labeled = self.manifest.schema.labeled
+        shards = self.manifest.shards
+        self._paths: List[str] = [os.path.join(self.root, entry.path) for entry in shards]
+        self._sizes = np.array([entry.size for entry in shards], dtype=np.int64)
+        self._counts = np.array([entry.num_samples for entry in shards], dtype=np.int64)
+        #: shard_starts[k] is the global index of shard k's first sample; the last entry is len(self).
+        self.shard_starts = np.zeros(len(shards) + 1, dtype=np.int64)
+        np.cumsum(self._counts, out=self.shard_starts[1:])
+        self._length = int(self.shard_starts[-1])
+
+    # ---- metadata ----------------------------------------------------------------
+    @property
+    def classes(self) -> List[str]:
+        """Class names in label order."""
+        return list(self.manifest.classes)
+
+    @property
+    def class_to_idx(self) -> Dict[str, int]:
+        """Class name -> label."""
+        return {name: index for index, name in enumerate(self.manifest.classes)}
+
+    @property
+    def schema(self) -> Any:
+        """The SampleSchema of every sample."""
+        return self.manifest.schema
+
+    def __len__(self) -> int:
+        return self._length
+
+    # ---- access ------------------------------------------------------------------
+    def locate(self, index: int) -> "tuple[int, int]":
+        """(shard number, index within shard) of a global index."""
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError(f"index {index} out of range for dataset of {self._length} samples")
+        shard = int(np.searchsorted(self.shard_starts, index, side="right")) - 1
+        return shard, index - int(self.shard_starts[shard])
+
+    def reader(self, shard: int) -> ShardReader:
+        """The open reader of a shard (opened in this process on first use)."""
+        path = self._paths[shard]
+        return HANDLES.get(path, lambda: self._open(shard), self.max_open_shards)
+
+    def _open(self, shard: int) -> ShardReader:
+        path = self._paths[shard]
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            raise CorruptShardError(f"{path}: shard {shard} is missing", path=path) from None
+        if size != self._sizes[shard]:
+            raise CorruptShardError(f"{path}: shard {shard} has {size} bytes, manifest says {self._sizes[shard]} "
+                                    "(truncated or replaced)", path=path)
+        fmt = get_format(self.manifest.format_name)
+        reader = fmt.open_reader(path, self.manifest.schema, self._format_options)
+        if len(reader) != self._counts[shard]:
+            reader.close()
+            raise CorruptShardError(f"{path}: shard {shard} holds {len(reader)} samples, manifest says "
+                                    f"{self._counts[shard]}", path=path)
+        return reader
+
+    def read_encoded(self, index: int) -> Encoded:
+        """The stored record of a global index (CRC checked when verify_checksums)."""
+        shard, local = self.locate(index)
+        encoded = self.reader(shard).read(local)
+        if self.verify_checksums and not encoded.crc_ok():
+            path = self._paths[shard]
+            raise CorruptSampleError(f"{path}: sample {local} (global index {index}) fails its CRC32 check",
+                                     path=path, shard=self.manifest.shards[shard].path, index=local)
+        return encoded
+
+    def __getitem__(self, index: int) -> Any:
+        encoded = self.read_encoded(index)
+        sample = self._decoder(encoded.payload)
+        if self.transform is not None:
+            sample = self.transform(sample)
+        if not self._labeled:
+            return sample
+        label: Any = encoded.label
+        if self.target_transform is not None:
+            label = self.target_transform(label)
+        return sample, label
+
+    def targets(self) -> np.ndarray:
+        """All labels in index order (reads each shard's label table, no payloads)."""
+        if not self._length:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([self.reader(shard).labels() for shard in range(len(self._paths))])
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_decoder", None)     # rebuilt on unpickling; handles live in HANDLES, not here
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._decoder = make_decoder(self.manifest.schema, self.decode)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.root!r}, format={self.manifest.format_name}, "
+                f"samples={self._length}, shards={len(self._paths)}, decode={self.decode!r})")
+
+
+class HDF5Dataset(ShardDataset):
+    """ShardDataset that insists on HDF5 shards."""
+
+    format_name = "hdf5"
+
+
+class LMDBDataset(ShardDataset):
+    """ShardDataset that insists on LMDB shards."""
+
+    format_name = "lmdb"
+
+
+class PTDataset(ShardDataset):
+    """ShardDataset that insists on PyTorch .pt shards."""
+
+    format_name = "pt"
+
+
+def open_dataset(root: "str | os.PathLike[str]", **kwargs: Any) -> ShardDataset:
+    """Open DST with the Dataset class of the format its manifest names."""
+    manifest = load_manifest(root)
+    classes = {cls.format_name: cls for cls in ShardDataset.__subclasses__()}
+    return classes.get(manifest.format_name, ShardDataset)(root, **kwargs)

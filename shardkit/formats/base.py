@@ -1,0 +1,79 @@
+"""The contract every storage format implements: a format object, a writer and a reader.
+
+A format lays out bytes only. It never renames, hashes, touches the manifest or decodes
+images; the sink and the read side do that once for all formats.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any, Dict, Iterator
+
+import numpy as np
+
+from ..records import Encoded
+from ..schema import SampleSchema
+
+
+class ShardWriter(abc.ABC):
+    """Writes one shard file at the path it was given; close() flushes and fsyncs it."""
+
+    @abc.abstractmethod
+    def append(self, sample: Encoded) -> None:
+        """Add the next sample (local index = number of samples appended before it)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Finish the file: write indexes and metadata, flush, fsync."""
+
+    def abort(self) -> None:
+        """Release resources after a failure; the caller deletes the file."""
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - aborting must not mask the original error
+            pass
+
+
+class ShardReader(abc.ABC):
+    """Random access to one shard's samples; raises CorruptShardError on a bad structure."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Number of samples in the shard."""
+
+    @abc.abstractmethod
+    def read(self, index: int) -> Encoded:
+        """Sample at local index: payload as stored, label, stored CRC32."""
+
+    @abc.abstractmethod
+    def labels(self) -> np.ndarray:
+        """All labels of the shard as an int64 array (NO_LABEL when unlabeled)."""
+
+    def __iter__(self) -> Iterator[Encoded]:
+        for index in range(len(self)):
+            yield self.read(index)
+
+    def close(self) -> None:
+        """Release file handles."""
+
+
+class ShardFormat(abc.ABC):
+    """A storage format: its name, on-disk version, file extension and factories."""
+
+    name: str = ""
+    version: int = 1
+    extension: str = ""
+
+    def check(self, schema: SampleSchema) -> None:
+        """Raise UsageError if this format cannot store samples of this schema."""
+
+    def default_options(self, schema: SampleSchema, total_bytes: int) -> Dict[str, Any]:
+        """Reader/writer options recorded in the manifest (e.g. LMDB readahead)."""
+        return {}
+
+    @abc.abstractmethod
+    def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardWriter:
+        """A writer for a new shard file at path."""
+
+    @abc.abstractmethod
+    def open_reader(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardReader:
+        """A reader for an existing shard file at path."""

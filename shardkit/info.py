@@ -1,0 +1,52 @@
+"""info(): what a dataset holds, from its manifest alone (fast: no shard is opened)."""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from .manifest import load_manifest
+from .units import format_size
+
+
+def info(dst: str) -> Dict[str, Any]:
+    """A summary dict of DST: format, samples, shards, bytes, schema, classes, source."""
+    manifest = load_manifest(dst)
+    return {
+        "dst": dst,
+        "format": manifest.format_name,
+        "format_version": manifest.format_version,
+        "shardkit_version": manifest.shardkit_version,
+        "created": manifest.created,
+        "num_samples": manifest.num_samples,
+        "num_shards": len(manifest.shards),
+        "bytes": manifest.total_bytes,
+        "schema": manifest.schema.to_dict(),
+        "classes": manifest.classes,
+        "source": manifest.source,
+        "part": manifest.part,
+    }
+
+
+def render_info(data: Dict[str, Any]) -> str:
+    """The human-readable form printed by `shardkit info`."""
+    schema = data["schema"]
+    codec = ", ".join(f"{key}={value}" for key, value in schema.get("codec", {}).items())
+    lines = [
+        f"dataset      {data['dst']}",
+        f"format       {data['format']} v{data['format_version']} (shardkit {data['shardkit_version']})",
+        f"samples      {data['num_samples']} in {data['num_shards']} shards, {format_size(data['bytes'])}",
+        f"sample       {schema['kind']} / {schema['layout']}"
+        + (f" {schema['dtype']}{tuple(schema['shape'])}" if schema["layout"] == "array" else "")
+        + (f" ({codec})" if codec else "") + f", compression {schema['compression']}",
+        f"labels       {'yes' if schema['labeled'] else 'no'}; {len(data['classes'])} classes"
+        + (f": {', '.join(data['classes'][:10])}{' ...' if len(data['classes']) > 10 else ''}"
+           if data["classes"] else ""),
+        f"created      {data['created']}",
+    ]
+    summary = data["source"].get("summary", {})
+    if summary:
+        lines.append(f"source       {data['source'].get('kind')} {data['source'].get('path')}")
+        lines.append("             " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in summary.items()
+                                              if isinstance(v, (int, dict)) and v != {}))
+    if data.get("part"):
+        lines.append(f"part         {data['part']['index']}/{data['part']['count']}")
+    return "\n".join(lines)

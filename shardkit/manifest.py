@@ -1,0 +1,178 @@
+"""Manifest and ShardEntry: the dataset's table of contents, saved last and atomically."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .errors import ManifestError, NotADatasetError
+from .integrity import HASH_ALGORITHM, PathLike, atomic_write_json
+from .schema import SampleSchema
+
+MANIFEST_NAME = "manifest.json"
+SHARDS_DIR = "shards"
+SKIPPED_NAME = "skipped.jsonl"
+#: Version of the manifest layout itself (formats/manifest.schema.json).
+MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard: where it is, how many samples from which global index, its size and hash."""
+
+    path: str
+    num_samples: int
+    first_index: int
+    size: int
+    sha256: str
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Plain JSON-ready dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "ShardEntry":
+        """Inverse of to_dict; raises ManifestError on missing or mistyped fields."""
+        try:
+            entry = cls(path=str(data["path"]), num_samples=int(data["num_samples"]),
+                        first_index=int(data["first_index"]), size=int(data["size"]),
+                        sha256=str(data["sha256"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ManifestError(f"manifest shard entry is malformed ({exc}): {data!r}") from None
+        check_relative_path(entry.path)
+        if entry.num_samples < 0 or entry.size < 0 or entry.first_index < 0:
+            raise ManifestError(f"manifest shard entry has negative numbers: {data!r}")
+        return entry
+
+
+def check_relative_path(path: str) -> None:
+    """Refuse shard paths that could point outside DST (absolute, '..', backslashes)."""
+    norm = posixpath.normpath(path)
+    if (not path or path.startswith("/") or "\\" in path or ":" in path
+            or norm.startswith("..") or norm != path or not norm.startswith(SHARDS_DIR + "/")):
+        raise ManifestError(f"manifest names an unsafe shard path {path!r}: "
+                            f"paths must be relative and inside {SHARDS_DIR}/")
+
+
+@dataclass
+class Manifest:
+    """Everything a reader needs: format, schema, classes, shards with their checksums."""
+
+    format_name: str
+    format_version: int
+    schema: SampleSchema
+    shards: List[ShardEntry]
+    classes: List[str] = field(default_factory=list)
+    source: Dict[str, Any] = field(default_factory=dict)
+    format_options: Dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+    shardkit_version: str = ""
+    part: Optional[Dict[str, int]] = None
+
+    @property
+    def num_samples(self) -> int:
+        """Total samples over all shards."""
+        return sum(entry.num_samples for entry in self.shards)
+
+    @property
+    def total_bytes(self) -> int:
+        """Total shard bytes on disk."""
+        return sum(entry.size for entry in self.shards)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The manifest as written, including its own checksum."""
+        body = {
+            "manifest_version": MANIFEST_VERSION,
+            "format": {"name": self.format_name, "version": self.format_version},
+            "format_options": self.format_options,
+            "shardkit_version": self.shardkit_version,
+            "created": self.created,
+            "source": self.source,
+            "schema": self.schema.to_dict(),
+            "classes": list(self.classes),
+            "num_samples": self.num_samples,
+            "hash_algorithm": HASH_ALGORITHM,
+            "shards": [entry.to_dict() for entry in self.shards],
+        }
+        if self.part is not None:
+            body["part"] = dict(self.part)
+        body["manifest_sha256"] = _body_checksum(body)
+        return body
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any], *, where: str = MANIFEST_NAME) -> "Manifest":
+        """Parse and check a manifest dict: version gate, self-checksum, consistent shards."""
+        if not isinstance(data, dict):
+            raise ManifestError(f"{where}: not a JSON object")
+        version = data.get("manifest_version")
+        if not isinstance(version, int):
+            raise ManifestError(f"{where}: missing manifest_version")
+        if version > MANIFEST_VERSION:
+            raise ManifestError(f"{where}: manifest version {version} is newer than this shardkit reads "
+                                f"({MANIFEST_VERSION}); upgrade shardkit")
+        body = {key: value for key, value in data.items() if key != "manifest_sha256"}
+        if data.get("manifest_sha256") != _body_checksum(body):
+            raise ManifestError(f"{where}: manifest checksum does not match its content "
+                                "(the file was edited or damaged)")
+        try:
+            fmt = data["format"]
+            manifest = cls(
+                format_name=str(fmt["name"]), format_version=int(fmt["version"]),
+                schema=SampleSchema.from_dict(data["schema"]),
+                shards=[ShardEntry.from_dict(entry) for entry in data["shards"]],
+                classes=[str(name) for name in data.get("classes", [])],
+                source=dict(data.get("source", {})), format_options=dict(data.get("format_options", {})),
+                created=str(data.get("created", "")), shardkit_version=str(data.get("shardkit_version", "")),
+                part=data.get("part"))
+        except ManifestError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ManifestError(f"{where}: malformed manifest ({type(exc).__name__}: {exc})") from None
+        manifest.check_consistency(where)
+        return manifest
+
+    def check_consistency(self, where: str = MANIFEST_NAME) -> None:
+        """Shard indices must be contiguous and shard paths unique."""
+        expected = 0
+        seen = set()
+        for entry in self.shards:
+            if entry.first_index != expected:
+                raise ManifestError(f"{where}: shard {entry.path} starts at index {entry.first_index}, "
+                                    f"expected {expected}")
+            if entry.path in seen:
+                raise ManifestError(f"{where}: shard {entry.path} is listed twice")
+            seen.add(entry.path)
+            expected += entry.num_samples
+
+    def save(self, dst: PathLike) -> None:
+        """Write DST/manifest.json atomically (it marks the dataset complete)."""
+        atomic_write_json(Path(dst) / MANIFEST_NAME, self.to_dict())
+
+
+def _body_checksum(body: Dict[str, Any]) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def manifest_path(dst: PathLike) -> Path:
+    """DST/manifest.json."""
+    return Path(dst) / MANIFEST_NAME
+
+
+def load_manifest(dst: PathLike) -> Manifest:
+    """Read DST/manifest.json; NotADatasetError if there is none, ManifestError if it is bad."""
+    path = manifest_path(dst)
+    if not os.path.isdir(dst):
+        raise NotADatasetError(f"{dst}: no such dataset directory", path=str(dst))
+    if not path.is_file():
+        raise NotADatasetError(f"{dst}: not a shardkit dataset (no {MANIFEST_NAME}; "
+                               "an unfinished conversion can continue with --resume)", path=str(dst))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"{path}: cannot read manifest ({exc})", path=str(path)) from None
+    return Manifest.from_dict(data, where=str(path))

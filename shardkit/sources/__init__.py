@@ -1,0 +1,24 @@
+"""Sources: find the input items of SRC and turn each into an Encoded sample.
+
+Sources never import formats (except the shard-dataset source, through the registry only).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import UsageError
+from .base import Converted, Skipped, Source
+
+
+def open_source(src: str, options: Any) -> Source:
+    """The Source for SRC: an image tree (with or without a labels CSV)."""
+    import os
+    if not os.path.exists(src):
+        raise UsageError(f"{src}: no such file or directory", path=src)
+    from .image_tree import ImageTreeSource
+    if not os.path.isdir(src):
+        raise UsageError(f"{src}: is a file; SRC must be an image folder", path=src)
+    return ImageTreeSource.scan(src, options)
+
+
+__all__ = ["Converted", "Skipped", "Source", "open_source"]

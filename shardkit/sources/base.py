@@ -1,0 +1,69 @@
+"""Source: the items of SRC, in a deterministic order, and how to encode a range of them."""
+from __future__ import annotations
+
+import abc
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, Iterator, List, Optional, Union
+
+import numpy as np
+
+from ..records import Encoded
+from ..schema import SampleSchema
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An input item that could not become a sample, and why (one skipped.jsonl line)."""
+
+    path: str
+    reason: str
+    line: Optional[int] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-ready, without empty fields."""
+        return {key: value for key, value in asdict(self).items() if value is not None}
+
+    def message(self) -> str:
+        """One readable line naming the file (and line)."""
+        where = f"{self.path}:{self.line}" if self.line is not None else self.path
+        return f"{where}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Converted:
+    """An input item turned into a sample, with what the summary counts about it."""
+
+    sample: Encoded
+    source_bytes: int = 0
+    tag: Optional[str] = None   # e.g. the detected image format, counted in the summary
+
+
+Outcome = Union[Converted, Skipped]
+
+
+class Source(abc.ABC):
+    """The items of one SRC. Picklable: worker processes receive it once."""
+
+    kind: str = ""
+    schema: SampleSchema
+    classes: List[str]
+
+    @abc.abstractmethod
+    def item_sizes(self) -> np.ndarray:
+        """Estimated stored bytes of each item, in item order (for --shard-size)."""
+
+    @abc.abstractmethod
+    def encode_range(self, start: int, stop: int) -> Iterator[Outcome]:
+        """Encoded samples (or Skipped) for items [start, stop), in order."""
+
+    @abc.abstractmethod
+    def fingerprint(self) -> str:
+        """A digest of everything the output depends on, to refuse resuming on a changed SRC."""
+
+    def summary(self) -> Dict[str, Any]:
+        """Plan-time facts about SRC for the manifest's source summary (files seen, ...)."""
+        return {}
+
+    def plan_skipped(self) -> List[Skipped]:
+        """Items rejected while scanning (broken links, ...), reported in skipped.jsonl."""
+        return []

@@ -1,0 +1,146 @@
+"""verify(): prove a dataset intact — quick (presence, sizes, counts), full (+ whole-file hashes),
+deep (+ every sample's CRC32 and that every image decodes). Reports every problem found."""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from .codecs.decode import check_payload_decodes
+from .errors import CorruptShardError, ManifestError, SampleError, UsageError
+from .formats import get_format
+from .integrity import hash_file
+from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, ShardEntry, load_manifest
+from .progress import Progress
+
+MODES = ("quick", "full", "deep")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a dataset, located as precisely as possible."""
+
+    kind: str                      # manifest | missing | extra | size | count | checksum | structure | sample
+    message: str
+    shard: Optional[str] = None
+    index: Optional[int] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {key: value for key, value in asdict(self).items() if value is not None}
+
+
+@dataclass
+class VerifyReport:
+    """Outcome of verify(); ok is True when no problem was found."""
+
+    dst: str
+    mode: str
+    shards_checked: int = 0
+    samples_checked: int = 0
+    problems: List[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"dst": self.dst, "mode": self.mode, "ok": self.ok, "shards_checked": self.shards_checked,
+                "samples_checked": self.samples_checked, "problems": [p.to_dict() for p in self.problems]}
+
+
+def verify(dst: str, mode: str = "full", workers: int = 1, quiet: bool = True) -> VerifyReport:
+    """Check DST against its manifest; NotADatasetError if DST has no manifest at all."""
+    if mode not in MODES:
+        raise UsageError(f"unknown verify mode {mode!r}; choose quick, full or deep")
+    dst = os.fspath(dst)
+    report = VerifyReport(dst=dst, mode=mode)
+    try:
+        manifest = load_manifest(dst)
+    except ManifestError as exc:
+        report.problems.append(Problem("manifest", str(exc)))
+        return report
+    get_format(manifest.format_name)
+    report.problems.extend(_extra_files(dst, manifest))
+    jobs = [(dst, manifest, number, mode) for number in range(len(manifest.shards))]
+    with Progress(len(jobs), f"verify ({mode})", quiet=quiet, unit="shard") as bar:
+        if workers > 1 and len(jobs) > 1:
+            with ProcessPoolExecutor(workers) as pool:
+                outcomes = []
+                for outcome in pool.map(_check_shard_job, jobs):
+                    outcomes.append(outcome)
+                    bar.advance(1, manifest.shards[len(outcomes) - 1].size)
+        else:
+            outcomes = []
+            for job in jobs:
+                outcomes.append(_check_shard_job(job))
+                bar.advance(1, manifest.shards[len(outcomes) - 1].size)
+    for problems, samples in outcomes:
+        report.problems.extend(problems)
+        report.samples_checked += samples
+    report.shards_checked = len(jobs)
+    return report
+
+
+def _extra_files(dst: str, manifest: Manifest) -> List[Problem]:
+    """Files in shards/ that the manifest does not list (temporary files of a conversion included)."""
+    listed = {entry.path for entry in manifest.shards}
+    shards_dir = Path(dst) / SHARDS_DIR
+    if not shards_dir.is_dir():
+        return []
+    extra = sorted(f"{SHARDS_DIR}/{name}" for name in os.listdir(shards_dir)) 
+    return [Problem("extra", f"{Path(dst) / rel}: not listed in {MANIFEST_NAME}", shard=rel)
+            for rel in extra if rel not in listed]
+
+
+def _check_shard_job(job: Tuple[str, Manifest, int, str]) -> Tuple[List[Problem], int]:
+    dst, manifest, number, mode = job
+    return check_shard(dst, manifest, manifest.shards[number], mode)
+
+
+def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> Tuple[List[Problem], int]:
+    """Problems found in one shard, and how many samples were checked one by one."""
+    path = os.path.join(dst, entry.path)
+    problems: List[Problem] = []
+
+    def problem(kind: str, message: str, index: Optional[int] = None) -> None:
+        problems.append(Problem(kind, f"{path}: {message}", shard=entry.path, index=index))
+
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        problem("missing", "shard is missing")
+        return problems, 0
+    if size != entry.size:
+        problem("size", f"{size} bytes, manifest says {entry.size} (truncated, extended or replaced)")
+    if mode in ("full", "deep") and size == entry.size and hash_file(path) != entry.sha256:
+        problem("checksum", f"sha256 does not match the manifest (the file's bytes changed)")
+    fmt = get_format(manifest.format_name)
+    try:
+        reader = fmt.open_reader(path, manifest.schema, manifest.format_options)
+    except CorruptShardError as exc:
+        problem("structure", str(exc).replace(f"{path}: ", "", 1))
+        return problems, 0
+    samples = 0
+    try:
+        if len(reader) != entry.num_samples:
+            problem("count", f"holds {len(reader)} samples, manifest says {entry.num_samples}")
+        if mode == "deep":
+            for index in range(len(reader)):
+                samples += 1
+                try:
+                    encoded = reader.read(index)
+                except (CorruptShardError, OSError, ValueError) as exc:
+                    problem("sample", f"sample {index} cannot be read ({exc})", index)
+                    continue
+                if not encoded.crc_ok():
+                    problem("sample", f"sample {index} fails its CRC32 check", index)
+                    continue
+                try:
+                    check_payload_decodes(manifest.schema, encoded.payload)
+                except SampleError as exc:
+                    problem("sample", f"sample {index} does not decode ({exc})", index)
+    finally:
+        reader.close()
+    return problems, samples

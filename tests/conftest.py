@@ -1,0 +1,59 @@
+"""Shared fixtures: small generated image trees and converted datasets, per format."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from shardkit.formats import format_names
+from shardkit.samples import make_image_tree
+
+FORMATS = format_names()
+
+
+@pytest.fixture(scope="session")
+def image_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 120-image ImageFolder tree (4 classes, JPEG/PNG, odd sizes, some nested)."""
+    root = tmp_path_factory.mktemp("tree") / "images"
+    make_image_tree(str(root), num_images=120, seed=1)
+    return root
+
+
+@pytest.fixture(params=FORMATS)
+def fmt(request: pytest.FixtureRequest) -> str:
+    """Every registered format name in turn."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def _converted_cache(tmp_path_factory: pytest.TempPathFactory, image_tree: Path) -> dict:
+    return {"root": tmp_path_factory.mktemp("converted"), "tree": image_tree}
+
+
+@pytest.fixture
+def dataset_dir(_converted_cache: dict, fmt: str) -> Path:
+    """image_tree converted once per format (passthrough, 16 samples per shard). Read-only."""
+    dst = _converted_cache["root"] / fmt
+    if not (dst / "manifest.json").exists():
+        import shardkit
+        shardkit.convert(str(_converted_cache["tree"]), str(dst), format=fmt, samples_per_shard=16, quiet=True)
+    return dst
+
+
+@pytest.fixture
+def writable_dataset(dataset_dir: Path, tmp_path: Path) -> Path:
+    """A private copy of dataset_dir that a test may damage."""
+    copy = tmp_path / "dataset"
+    shutil.copytree(dataset_dir, copy)
+    return copy
+
+
+def image_files(root: Path) -> list:
+    """Relative paths of the image files below root, sorted like shardkit sorts them."""
+    found = []
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            found.append(os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/"))
+    return sorted(found, key=lambda rel: tuple(rel.split("/")))
