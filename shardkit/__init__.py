@@ -7,7 +7,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .errors import (ConversionError, CorruptSampleError, CorruptShardError, DestinationExistsError,
+from .errors import (  # noqa: F401 - re-exported
+    ConversionError, CorruptSampleError, CorruptShardError, DestinationExistsError,
                      EmptySourceError, LockedError, ManifestError, NotADatasetError, SampleError,
                      ShardkitError, SourceError, UsageError)
 

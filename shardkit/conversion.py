@@ -19,7 +19,7 @@ from .errors import (ConversionError, DestinationExistsError, EmptySourceError, 
 from .formats import get_format
 from .journal import JOURNAL_DIR, Journal
 from .manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
-from .plan import ShardTask, cut_shards, make_tasks
+from .plan import ShardTask, make_tasks
 from .progress import Progress
 from .sink import ShardResult, SinkContext, write_shard
 from .sources import Skipped, open_source
@@ -129,7 +129,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
     schema = dataclasses.replace(source.schema, compression=options.compression,
                                  compression_level=options.compression_level)
     fmt.check(schema)
-    ranges = cut_shards(source.item_sizes(), options.max_shard_bytes, options.samples_per_shard)
+    ranges = source.plan_ranges(options.max_shard_bytes, options.samples_per_shard)
     tasks = make_tasks(ranges, options.part_tuple)
     if not ranges:
         raise EmptySourceError(f"{src}: no input to convert ({_describe_summary(source.summary())})", path=src)
@@ -145,7 +145,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
         if plan_skipped and options.on_error == "fail":
             raise ConversionError(f"{plan_skipped[0].message()} (--on-error fail)", path=plan_skipped[0].path)
         ctx = SinkContext(dst=dst, source=source, format_name=fmt.name, schema=schema,
-                          format_options=fmt.default_options(schema, int(source.item_sizes().sum())),
+                          format_options=fmt.default_options(schema, source.estimated_bytes()),
                           on_error=options.on_error, max_errors=options.max_errors)
         if options.readahead is not None:
             ctx.format_options["readahead"] = bool(options.readahead)

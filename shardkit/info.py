@@ -46,7 +46,7 @@ def render_info(data: Dict[str, Any]) -> str:
     if summary:
         lines.append(f"source       {data['source'].get('kind')} {data['source'].get('path')}")
         lines.append("             " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in summary.items()
-                                              if isinstance(v, (int, dict)) and v != {}))
+                                                if isinstance(v, (int, dict)) and v != {}))
     if data.get("part"):
         lines.append(f"part         {data['part']['index']}/{data['part']['count']}")
     return "\n".join(lines)

@@ -89,7 +89,7 @@ def _extra_files(dst: str, manifest: Manifest) -> List[Problem]:
     shards_dir = Path(dst) / SHARDS_DIR
     if not shards_dir.is_dir():
         return []
-    extra = sorted(f"{SHARDS_DIR}/{name}" for name in os.listdir(shards_dir)) 
+    extra = sorted(f"{SHARDS_DIR}/{name}" for name in os.listdir(shards_dir))
     return [Problem("extra", f"{Path(dst) / rel}: not listed in {MANIFEST_NAME}", shard=rel)
             for rel in extra if rel not in listed]
 
@@ -115,7 +115,7 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
     if size != entry.size:
         problem("size", f"{size} bytes, manifest says {entry.size} (truncated, extended or replaced)")
     if mode in ("full", "deep") and size == entry.size and hash_file(path) != entry.sha256:
-        problem("checksum", f"sha256 does not match the manifest (the file's bytes changed)")
+        problem("checksum", "sha256 does not match the manifest (the file's bytes changed)")
     fmt = get_format(manifest.format_name)
     try:
         reader = fmt.open_reader(path, manifest.schema, manifest.format_options)

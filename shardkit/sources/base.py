@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -52,6 +52,12 @@ class Source(abc.ABC):
     def item_sizes(self) -> np.ndarray:
         """Estimated stored bytes of each item, in item order (for --shard-size)."""
 
+    def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int]) -> List[Tuple[int, int]]:
+        """Item ranges [start, stop), one per shard. Sources whose items are too many to list
+        (CSV rows) override this with their own deterministic cut."""
+        from ..plan import cut_shards
+        return cut_shards(self.item_sizes(), max_bytes, max_items)
+
     @abc.abstractmethod
     def encode_range(self, start: int, stop: int) -> Iterator[Outcome]:
         """Encoded samples (or Skipped) for items [start, stop), in order."""
@@ -59,6 +65,10 @@ class Source(abc.ABC):
     @abc.abstractmethod
     def fingerprint(self) -> str:
         """A digest of everything the output depends on, to refuse resuming on a changed SRC."""
+
+    def estimated_bytes(self) -> int:
+        """Estimated total stored bytes (formats may size options from it)."""
+        return int(self.item_sizes().sum())
 
     def summary(self) -> Dict[str, Any]:
         """Plan-time facts about SRC for the manifest's source summary (files seen, ...)."""
