@@ -8,9 +8,8 @@ import importlib
 from typing import Any
 
 from .errors import (  # noqa: F401 - re-exported
-    ConversionError, CorruptSampleError, CorruptShardError, DestinationExistsError,
-                     EmptySourceError, LockedError, ManifestError, NotADatasetError, SampleError,
-                     ShardkitError, SourceError, UsageError)
+    ConversionError, CorruptSampleError, CorruptShardError, DestinationExistsError, EmptySourceError,
+    LockedError, ManifestError, NotADatasetError, SampleError, ShardkitError, SourceError, UsageError)
 
 __version__ = "0.1.0"
 

@@ -45,8 +45,8 @@ def render_info(data: Dict[str, Any]) -> str:
     summary = data["source"].get("summary", {})
     if summary:
         lines.append(f"source       {data['source'].get('kind')} {data['source'].get('path')}")
-        lines.append("             " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in summary.items()
-                                                if isinstance(v, (int, dict)) and v != {}))
+        facts = [f"{k.replace('_', ' ')} {v}" for k, v in summary.items() if isinstance(v, (int, dict)) and v != {}]
+        lines.append("             " + ", ".join(facts))
     if data.get("part"):
         lines.append(f"part         {data['part']['index']}/{data['part']['count']}")
     return "\n".join(lines)
