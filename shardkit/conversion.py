@@ -5,23 +5,22 @@ import dataclasses
 import datetime
 import hashlib
 import json
-import multiprocessing
 import os
+import re
 import shutil
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .errors import (ConversionError, DestinationExistsError, EmptySourceError, ShardkitError,
-                     UsageError)
+from .errors import (ConversionError, ConversionInterrupted, DestinationExistsError, EmptySourceError,
+                     ShardkitError, UsageError)
 from .formats import get_format
 from .journal import JOURNAL_DIR, Journal
 from .manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
 from .plan import ShardTask, make_tasks
 from .progress import Progress
-from .sink import ShardResult, SinkContext, write_shard
+from .sink import ShardResult, SinkContext, describe_os_error, resume_hint, write_shard
 from .sources import Skipped, open_source
 from .units import parse_part, parse_size
 
@@ -137,23 +136,32 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
     finished = _already_complete(dst, fingerprint, options)
     if finished is not None:
         return _report_for(finished, dst, started, reused=len(finished.shards))
-    journal = _prepare_destination(dst, options)
+    created_dst = not os.path.lexists(dst)
+    try:
+        journal = _prepare_destination(dst, options)
+    except OSError as exc:
+        if isinstance(exc, ShardkitError):
+            raise
+        raise _destination_failure(dst, exc) from None
     try:
         created = _start_or_resume(journal, fingerprint, options)
         done, pending = _split_done(journal, dst, tasks, fmt.extension)
         plan_skipped = source.plan_skipped()
         if plan_skipped and options.on_error == "fail":
             raise ConversionError(f"{plan_skipped[0].message()} (--on-error fail)", path=plan_skipped[0].path)
+        already_skipped = len(plan_skipped) + sum(len(result.skipped) for result in done)
+        if options.max_errors is not None and already_skipped > options.max_errors:
+            raise ConversionError(f"more than {options.max_errors} inputs failed (--max-errors); "
+                                  f"first: {_first_skip(done, plan_skipped)}")
         ctx = SinkContext(dst=dst, source=source, format_name=fmt.name, schema=schema,
                           format_options=fmt.default_options(schema, source.estimated_bytes()),
                           on_error=options.on_error, max_errors=options.max_errors)
         if options.readahead is not None:
             ctx.format_options["readahead"] = bool(options.readahead)
-        results = done + _run(ctx, pending, options, already_skipped=len(plan_skipped))
+        results = done + _run(ctx, pending, options, already_skipped=already_skipped)
         results.sort(key=lambda result: result.shard)
         manifest = _assemble(results, source, fmt, ctx, created, fingerprint, plan_skipped, options, src)
         if manifest.num_samples == 0:
-            _remove_outputs(dst)
             raise EmptySourceError(f"{src}: no usable sample; every input was skipped "
                                    f"(first: {_first_skip(results, plan_skipped)})", path=src)
         skipped_lines = [item.to_dict() for item in plan_skipped]
@@ -162,12 +170,34 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
         _write_skipped(dst, skipped_lines)
         manifest.save(dst)
         journal.remove()
+    except KeyboardInterrupt:
+        remove_stale_temps(dst)
+        raise ConversionInterrupted(f"{dst}: interrupted; finished shards are kept — run the same command "
+                                    "with --resume to continue", path=dst) from None
+    except EmptySourceError:
+        # Nothing usable: leave no trace that could pass for a dataset.
+        if created_dst:
+            shutil.rmtree(dst, ignore_errors=True)
+        else:
+            _remove_outputs(dst)
+        raise
+    except OSError as exc:
+        if isinstance(exc, ShardkitError):
+            raise
+        raise _destination_failure(dst, exc) from None
     finally:
         journal.unlock()
     report = _report_for(manifest, dst, started, reused=len(done))
     report.skipped = len(skipped_lines)
     report.warnings = [f"class folder {name!r} holds no image" for name in source.summary().get("empty_classes", [])]
     return report
+
+
+def _destination_failure(dst: str, exc: OSError) -> ConversionError:
+    """A write outside any shard (DST itself, the journal, skipped.jsonl, the manifest) failed."""
+    where = exc.filename if isinstance(exc.filename, str) else dst
+    return ConversionError(f"{where}: cannot write ({describe_os_error(exc)}); no manifest was written — "
+                           f"{resume_hint(exc)}", path=where)
 
 
 def _fingerprint(source_fp: str, options: ConvertOptions, schema: Any, ranges: List[Tuple[int, int]]) -> str:
@@ -188,31 +218,67 @@ def _already_complete(dst: str, fingerprint: str, options: ConvertOptions) -> Op
 
 
 _OWN_ENTRIES = {MANIFEST_NAME, SKIPPED_NAME, SHARDS_DIR, JOURNAL_DIR}
+#: Temporary names of atomic writes (integrity.atomic_write_bytes) and of shards being written (sink).
+_TEMP_NAME = re.compile(r"^\..+\.(tmp|tmp-\d+)$")
 
 
 def _prepare_destination(dst: str, options: ConvertOptions) -> Journal:
-    """Create DST (refusing a non-empty one without --overwrite/--resume) and take its lock."""
+    """Take DST's lock, refuse a non-empty DST without --overwrite/--resume, clear stale temps.
+
+    The lock comes first, so a second `convert` into a DST that is being written is told so
+    (LockedError, exit 1) whatever its options.
+    """
     path = Path(dst)
     if path.exists() and not path.is_dir():
         raise UsageError(f"{dst}: exists and is not a directory", path=dst)
+    journal = Journal(dst)
+    if journal.lock_file_exists():
+        journal.lock()
+    try:
+        _check_destination(path, options, journal)
+        (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
+        if not journal.locked:
+            journal.lock()
+        remove_stale_temps(dst)
+        if options.overwrite:
+            _remove_outputs(dst, keep_lock=True)
+            (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
+    except BaseException:
+        journal.unlock()
+        raise
+    return journal
+
+
+def _check_destination(path: Path, options: ConvertOptions, journal: Journal) -> None:
+    dst = str(path)
     entries = sorted(os.listdir(dst)) if path.is_dir() else []
     if entries and not (options.overwrite or options.resume):
         raise DestinationExistsError(f"{dst}: is not empty; pass --overwrite to replace it or --resume to "
                                      "continue an interrupted conversion", path=dst)
-    foreign = [name for name in entries if name not in _OWN_ENTRIES]
+    foreign = [name for name in entries if name not in _OWN_ENTRIES and not _TEMP_NAME.match(name)]
     if foreign and options.overwrite:
         raise DestinationExistsError(f"{dst}: holds files shardkit did not write ({', '.join(foreign[:3])}); "
                                      "refusing to delete them — choose an empty DST", path=dst)
-    if entries and options.resume and not Journal(dst).exists():
-        raise UsageError(f"{dst}: nothing to resume here (no unfinished conversion); "
-                         "use --overwrite to start over", path=dst)
-    (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
-    journal = Journal(dst)
-    journal.lock()
-    if options.overwrite:
-        _remove_outputs(dst, keep_lock=True)
-        (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
-    return journal
+    if entries and options.resume and not journal.exists():
+        if foreign or (path / MANIFEST_NAME).exists():
+            raise UsageError(f"{dst}: nothing to resume here (no unfinished conversion); "
+                             "use --overwrite to start over", path=dst)
+        # Killed before its plan was recorded: nothing can be finished, so start afresh.
+
+
+def remove_stale_temps(dst: str) -> None:
+    """Delete temporary files a killed or interrupted run left in DST, shards/ and the journal."""
+    for folder in (Path(dst), Path(dst) / SHARDS_DIR, Path(dst) / JOURNAL_DIR, Path(dst) / JOURNAL_DIR / "done"):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if _TEMP_NAME.match(name):
+                try:
+                    (folder / name).unlink()
+                except OSError:
+                    pass
 
 
 def _remove_outputs(dst: str, keep_lock: bool = False) -> None:
@@ -257,65 +323,36 @@ def _split_done(journal: Journal, dst: str, tasks: List[ShardTask],
     return done, pending
 
 
-_WORKER_CTX: Optional[SinkContext] = None
-_WORKER_COUNTERS: Any = None
-
-
-def _init_worker(ctx: SinkContext, counters: Any) -> None:
-    global _WORKER_CTX, _WORKER_COUNTERS
-    _WORKER_CTX, _WORKER_COUNTERS = ctx, counters
-
-
-def _count_in_worker(items: int, nbytes: int) -> None:
-    with _WORKER_COUNTERS.get_lock():
-        _WORKER_COUNTERS[0] += items
-        _WORKER_COUNTERS[1] += nbytes
-
-
-def _write_in_worker(task: ShardTask) -> ShardResult:
-    assert _WORKER_CTX is not None
-    return write_shard(_WORKER_CTX, task, progress=_count_in_worker)
-
-
 def _run(ctx: SinkContext, tasks: List[ShardTask], options: ConvertOptions, already_skipped: int) -> List[ShardResult]:
-    """Write the pending shards, in this process or in worker processes, with a progress bar."""
+    """Write the pending shards, in this process or in worker processes, with a progress bar.
+
+    --max-errors counts every skipped input of the run; in one process the limit is exact
+    (the run stops at the input that exceeds it), with workers it is checked per shard too.
+    """
     total = sum(task.stop - task.start for task in tasks)
     skipped = already_skipped
     results: List[ShardResult] = []
-    with Progress(total, "convert", quiet=options.quiet) as bar:
-        def check(result: ShardResult) -> None:
-            nonlocal skipped
-            skipped += len(result.skipped)
-            if options.max_errors is not None and skipped > options.max_errors:
-                raise ConversionError(f"more than {options.max_errors} inputs failed (--max-errors); "
-                                      f"see the reasons with --on-error fail or in a run without the limit")
-            results.append(result)
 
-        try:
-            if options.workers <= 1 or len(tasks) <= 1:
-                for task in tasks:
-                    check(write_shard(ctx, task, progress=bar.advance))
-                return results
-            mp = multiprocessing.get_context("spawn")
-            counters = mp.Array("q", 2)
-            with ProcessPoolExecutor(options.workers, mp_context=mp, initializer=_init_worker,
-                                     initargs=(ctx, counters)) as pool:
-                pending = {pool.submit(_write_in_worker, task) for task in tasks}
-                try:
-                    while pending:
-                        finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                        bar.set(counters[0], counters[1])
-                        for future in finished:
-                            check(future.result())
-                except BaseException:
-                    for future in pending:
-                        future.cancel()
-                    raise
-            bar.set(counters[0], counters[1])
-            return results
-        except KeyboardInterrupt:
-            raise ConversionError(f"{ctx.dst}: interrupted; finished shards are kept — run the same "
-                                  "command with --resume to continue", path=ctx.dst) from None
+    def remaining() -> Optional[int]:
+        return None if options.max_errors is None else options.max_errors - skipped
+
+    def check(result: ShardResult) -> None:
+        nonlocal skipped
+        skipped += len(result.skipped)
+        if options.max_errors is not None and skipped > options.max_errors:
+            raise ConversionError(f"more than {options.max_errors} inputs failed (--max-errors); "
+                                  f"last: {Skipped(**result.skipped[-1]).message()}")
+        results.append(result)
+
+    with Progress(total, "convert", quiet=options.quiet) as bar:
+        if options.workers <= 1 or len(tasks) <= 1:
+            for task in tasks:
+                check(write_shard(dataclasses.replace(ctx, max_errors=remaining()), task, progress=bar.advance))
+        else:
+            from .parallel import run_parallel
+            run_parallel(dataclasses.replace(ctx, max_errors=remaining()), tasks, options.workers,
+                         on_result=check, on_progress=bar.set)
+    return results
 
 
 def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContext, created: str,

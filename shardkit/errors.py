@@ -52,6 +52,13 @@ class ConversionError(ShardkitError):
     """A conversion ran but had to stop (too many errors, --on-error fail, a write failure)."""
 
 
+class ConversionInterrupted(ConversionError):
+    """Ctrl-C (SIGINT) stopped a conversion; finished shards are kept for --resume. Exit 130,
+    the shell's code for a command ended by SIGINT."""
+
+    exit_code = 130
+
+
 class LockedError(ShardkitError):
     """Another conversion holds the DST lock."""
 

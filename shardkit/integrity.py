@@ -45,13 +45,25 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> None:
     """Write a file so readers see either the old content or the complete new one."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    durable_replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        durable_replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)      # a full disk must not leave a half-written temporary behind
+        except OSError:
+            pass
+        raise
+
+
+def json_bytes(obj: Any) -> bytes:
+    """The one serialization of every JSON file shardkit writes: stable and human-readable."""
+    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
 
 def atomic_write_json(path: PathLike, obj: Any) -> None:
-    """atomic_write_bytes of stable, human-readable JSON."""
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode())
+    """atomic_write_bytes of json_bytes(obj)."""
+    atomic_write_bytes(path, json_bytes(obj))

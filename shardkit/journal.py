@@ -34,6 +34,15 @@ class Journal:
         """Whether an unfinished conversion left a plan here."""
         return (self.root / "plan.json").is_file()
 
+    @property
+    def locked(self) -> bool:
+        """Whether this object holds DST's lock."""
+        return self._lock_fd is not None
+
+    def lock_file_exists(self) -> bool:
+        """Whether a conversion ever took the lock here (it may still hold it)."""
+        return (self.root / "lock").is_file()
+
     def lock(self) -> None:
         """Take DST's exclusive lock, or raise LockedError if another conversion holds it."""
         self.done_dir.mkdir(parents=True, exist_ok=True)
@@ -44,7 +53,8 @@ class Journal:
             os.close(fd)
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 raise LockedError(f"{self.root.parent}: another shardkit convert is writing here "
-                                  "(wait for it, or stop it first)", path=str(self.root.parent)) from None
+                                  f"(lock {self.root / 'lock'} is held); wait for it to finish or stop it first",
+                                  path=str(self.root.parent)) from None
             raise
         self._lock_fd = fd
 

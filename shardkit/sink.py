@@ -5,6 +5,7 @@ the ShardEntry facts, and the skipped inputs of that shard.
 """
 from __future__ import annotations
 
+import errno
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -63,17 +64,24 @@ def shard_relpath(task: ShardTask, extension: str) -> str:
 
 
 def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn] = None) -> ShardResult:
-    """Encode items [start, stop) into DST/shards/<stem>; temp name, fsync, rename, hash, record."""
+    """Encode items [start, stop) into DST/shards/<stem>; temp name, fsync, rename, hash, record.
+
+    A failure to write (disk full, file size limit, I/O error — whatever the format's library
+    raises) becomes a ConversionError naming the shard; the temporary file is removed and no
+    done record is written, so `--resume` redoes this shard.
+    """
     fmt = get_format(ctx.format_name)
     rel = shard_relpath(task, fmt.extension)
     final = Path(ctx.dst) / rel
     tmp = final.with_name(f".{final.name}.tmp")
-    if tmp.exists():
-        tmp.unlink()
     skipped: List[Skipped] = []
     tags: Counter = Counter()
     count = source_bytes = 0
-    writer = fmt.open_writer(str(tmp), ctx.schema, ctx.format_options)
+    try:
+        _unlink_quietly(tmp)
+        writer = fmt.open_writer(str(tmp), ctx.schema, ctx.format_options)
+    except Exception as exc:  # noqa: BLE001 - any library's failure to create the file
+        raise write_failure(final, task, exc) from None
     try:
         for outcome in ctx.source.encode_range(task.start, task.stop):
             if isinstance(outcome, Skipped):
@@ -81,27 +89,71 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
                 if ctx.on_error == "fail":
                     raise ConversionError(f"{outcome.message()} (--on-error fail)", path=outcome.path)
                 if ctx.max_errors is not None and len(skipped) > ctx.max_errors:
-                    raise ConversionError(f"more than {ctx.max_errors} inputs failed (--max-errors); "
-                                          f"last: {outcome.message()}", path=outcome.path)
+                    raise ConversionError(f"the --max-errors limit was exceeded; last failed input: "
+                                          f"{outcome.message()}", path=outcome.path)
                 if progress:
                     progress(1, 0)
                 continue
-            writer.append(outcome.sample)
+            try:
+                writer.append(outcome.sample)
+            except Exception as exc:  # noqa: BLE001 - see the docstring
+                raise write_failure(final, task, exc) from None
             count += 1
             source_bytes += outcome.source_bytes
             if outcome.tag:
                 tags[outcome.tag] += 1
             if progress:
                 progress(1, outcome.source_bytes)
-        writer.close()
+        try:
+            writer.close()
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            raise write_failure(final, task, exc) from None
     except BaseException:
         writer.abort()
-        if tmp.exists():
-            tmp.unlink()
+        _unlink_quietly(tmp)
         raise
-    durable_replace(tmp, final)
-    result = ShardResult(shard=task.shard, path=rel, num_samples=count, size=os.path.getsize(final),
-                         sha256=hash_file(final), source_bytes=source_bytes,
-                         skipped=[item.to_dict() for item in skipped], tags=dict(sorted(tags.items())))
-    Journal(ctx.dst).write_done(task.name, result.to_dict())
+    try:
+        durable_replace(tmp, final)
+        result = ShardResult(shard=task.shard, path=rel, num_samples=count, size=os.path.getsize(final),
+                             sha256=hash_file(final), source_bytes=source_bytes,
+                             skipped=[item.to_dict() for item in skipped], tags=dict(sorted(tags.items())))
+        Journal(ctx.dst).write_done(task.name, result.to_dict())
+    except OSError as exc:
+        _unlink_quietly(tmp)
+        raise write_failure(final, task, exc) from None
     return result
+
+
+#: errno values that mean "no room": full disk, file size limit, quota.
+_NO_ROOM = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def write_failure(final: Path, task: ShardTask, exc: BaseException) -> ConversionError:
+    """The one-line error for a shard that could not be written, with what to do next."""
+    return ConversionError(f"{final}: cannot write shard {task.shard} ({describe_os_error(exc)}); "
+                           f"no manifest was written — {resume_hint(exc)}", path=str(final))
+
+
+def describe_os_error(exc: BaseException) -> str:
+    """A short reason for a failed write: the errno text when there is one, else the first line."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def resume_hint(exc: BaseException) -> str:
+    """'free space and run ... --resume' when the failure looks like a full disk."""
+    codes = {exc.errno} if isinstance(exc, OSError) else set()
+    text = str(exc)
+    no_room = bool(codes & _NO_ROOM) or any(
+        os.strerror(code) in text or f"errno = {code}," in text for code in _NO_ROOM)
+    prefix = "free some space (or raise the file size limit), then " if no_room else ""
+    return f"{prefix}run the same command with --resume to finish"
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
