@@ -16,11 +16,17 @@ class ShardkitGroup(click.Group):
         try:
             return super().invoke(ctx)
         except ShardkitError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {one_line(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("error: interrupted", err=True)
             sys.exit(130)
+
+
+def one_line(text: str) -> str:
+    """text with control characters (a newline in a file name, ...) and undecodable bytes escaped,
+    so every message stays one readable line."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 @click.group(cls=ShardkitGroup, context_settings={"help_option_names": ["-h", "--help"]})

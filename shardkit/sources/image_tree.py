@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import os
+from stat import S_ISBLK, S_ISCHR, S_ISDIR, S_ISFIFO, S_ISREG, S_ISSOCK
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -90,9 +92,10 @@ class ImageTreeSource(Source):
             try:
                 stat = os.stat(os.path.join(root, rel))
             except OSError as exc:
-                reason = "broken symbolic link" if os.path.islink(os.path.join(root, rel)) else \
-                    f"cannot stat ({exc.strerror})"
-                skipped.append(Skipped(rel, reason))
+                skipped.append(Skipped(rel, _stat_failure(os.path.join(root, rel), exc)))
+                continue
+            if not S_ISREG(stat.st_mode):
+                skipped.append(Skipped(rel, f"not a regular file ({_file_kind(stat.st_mode)})"))
                 continue
             paths.append(rel)
             labels.append(label)
@@ -122,8 +125,7 @@ class ImageTreeSource(Source):
         for index in range(start, stop):
             rel = self.paths[index]
             try:
-                with open(os.path.join(self.root, rel), "rb") as handle:
-                    data = handle.read()
+                data = read_regular_file(os.path.join(self.root, rel))
                 payload, detected = self.codec.encode(data)
             except OSError as exc:
                 yield Skipped(rel, f"cannot read ({exc.strerror or exc})")
@@ -132,6 +134,41 @@ class ImageTreeSource(Source):
                 yield Skipped(rel, str(exc))
                 continue
             yield Converted(Encoded.make(payload, int(self.labels[index])), len(data), detected)
+
+
+def read_regular_file(path: str) -> bytes:
+    """All bytes of a regular file; SampleError for anything else (a FIFO named .jpg would
+    otherwise block the conversion forever, a device would never end)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not S_ISREG(mode):
+            raise SampleError(f"not a regular file ({_file_kind(mode)})")
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 24)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def _stat_failure(path: str, exc: OSError) -> str:
+    """Why an item cannot be used, in words (broken link, link loop, permission, ...)."""
+    if exc.errno == errno.ELOOP:
+        return "symbolic link loop (the link points back to itself)"
+    if os.path.islink(path):
+        return f"broken symbolic link (its target {os.readlink(path)!r} does not exist)"
+    return f"cannot stat ({exc.strerror or exc})"
+
+
+def _file_kind(mode: int) -> str:
+    for test, word in ((S_ISDIR, "a directory"), (S_ISFIFO, "a FIFO"), (S_ISSOCK, "a socket"),
+                       (S_ISCHR, "a character device"), (S_ISBLK, "a block device")):
+        if test(mode):
+            return word
+    return "a special file"
 
 
 def _codec_options(options: Any) -> Dict[str, Any]:

@@ -1,0 +1,153 @@
+"""Shared tools of the fault-injection suite: real `shardkit` processes, real damage to real files."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli_env() -> Dict[str, str]:
+    """Environment for a child `python -m shardkit`: this checkout first on the path, no colour."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("PYTHONWARNINGS", None)
+    return env
+
+
+def cli_args(*args: object) -> List[str]:
+    return [sys.executable, "-m", "shardkit", *[os.fspath(a) if isinstance(a, Path) else str(a) for a in args]]
+
+
+def run_cli(*args: object, timeout: float = 120, preexec_fn: Optional[Callable[[], None]] = None
+            ) -> subprocess.CompletedProcess:
+    """Run `shardkit ARGS` in a fresh interpreter and capture its output (bytes-safe text)."""
+    return subprocess.run(cli_args(*args), env=cli_env(), capture_output=True, timeout=timeout,
+                          preexec_fn=preexec_fn, text=True, errors="backslashreplace")
+
+
+def start_cli(*args: object, **popen: object) -> subprocess.Popen:
+    """Start `shardkit ARGS` in its own session (so a test can signal it and its workers apart)."""
+    return subprocess.Popen(cli_args(*args), env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, errors="backslashreplace", start_new_session=True, **popen)
+
+
+def assert_no_traceback(result: subprocess.CompletedProcess) -> None:
+    """Expected failures print one `error: ...` line, never a Python traceback."""
+    output = (result.stdout or "") + (result.stderr or "")
+    assert "Traceback" not in output, output
+    # a bare exception line ("KeyError: 'x'") at the start of a line is a leaked crash too
+    assert not re.search(r"^[A-Za-z_.]*(Error|Exception|Interrupt|Exit)\b", output, re.M), output
+
+
+def error_lines(result: subprocess.CompletedProcess) -> List[str]:
+    return [line for line in (result.stderr or "").splitlines() if line.startswith("error:")]
+
+
+def flip_bit(path: Path, offset: int, bit: int) -> None:
+    """Flip one real bit of a real file in place."""
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        byte = handle.read(1)[0]
+        handle.seek(offset)
+        handle.write(bytes([byte ^ (1 << bit)]))
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def manifest_of(dst: Path) -> dict:
+    return json.loads((dst / "manifest.json").read_text())
+
+
+def shard_paths(dst: Path) -> List[Path]:
+    """Shard files listed in DST's manifest, in order."""
+    return [dst / entry["path"] for entry in manifest_of(dst)["shards"]]
+
+
+def tree_bytes(dst: Path, skip: Sequence[str] = ()) -> Dict[str, bytes]:
+    """Every file below dst (relative path -> content), for byte-for-byte comparisons."""
+    found: Dict[str, bytes] = {}
+    for dirpath, _, files in os.walk(dst):
+        for name in files:
+            full = Path(dirpath) / name
+            rel = full.relative_to(dst).as_posix()
+            if not any(rel.startswith(prefix) for prefix in skip):
+                found[rel] = full.read_bytes()
+    return found
+
+
+def file_identity(path: Path) -> Tuple[int, int, int]:
+    """(inode, mtime_ns, ctime_ns): changes whenever a file is rewritten or replaced."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.005) -> bool:
+    """Poll predicate until it holds or timeout seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def children_of(pid: int) -> List[int]:
+    """Process ids whose parent is pid (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether pid still runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Clean-up: SIGKILL a test-started process's whole session, then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.communicate()
+
+
+def make_tiny_tree(root: Path, count: int, seed: int = 0, classes: int = 3) -> List[str]:
+    """An ImageFolder tree of count tiny JPEG/PNG files (fast to convert, real to decode)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(seed)
+    written = []
+    for number in range(count):
+        folder = root / f"class{number % classes}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pixels = rng.integers(0, 256, size=(int(rng.integers(6, 14)), int(rng.integers(6, 14)), 3), dtype=np.uint8)
+        buffer = io.BytesIO()
+        ext = ".jpg" if number % 3 else ".png"
+        Image.fromarray(pixels).save(buffer, "JPEG" if ext == ".jpg" else "PNG")
+        (folder / f"{number:05d}{ext}").write_bytes(buffer.getvalue())
+        written.append(f"class{number % classes}/{number:05d}{ext}")
+    return written
