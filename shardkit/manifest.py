@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .errors import ManifestError, NotADatasetError
-from .integrity import HASH_ALGORITHM, PathLike, atomic_write_json
+from .integrity import HASH_ALGORITHM, PathLike, atomic_write_json, json_bytes
 from .schema import SampleSchema
 
 MANIFEST_NAME = "manifest.json"
@@ -156,6 +156,11 @@ class Manifest:
 def _body_checksum(body: Dict[str, Any]) -> str:
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def canonical_bytes(data: Dict[str, Any]) -> bytes:
+    """The exact bytes Manifest.save writes for this manifest dict."""
+    return json_bytes(data)
 
 
 def manifest_path(dst: PathLike) -> Path:

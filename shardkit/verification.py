@@ -2,6 +2,7 @@
 deep (+ every sample's CRC32 and that every image decodes). Reports every problem found."""
 from __future__ import annotations
 
+import json
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -12,7 +13,7 @@ from .codecs.decode import check_payload_decodes
 from .errors import CorruptShardError, ManifestError, SampleError, UsageError
 from .formats import get_format
 from .integrity import hash_file
-from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, ShardEntry, load_manifest
+from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, ShardEntry, canonical_bytes, load_manifest
 from .progress import Progress
 
 MODES = ("quick", "full", "deep")
@@ -61,7 +62,11 @@ def verify(dst: str, mode: str = "full", workers: int = 1, quiet: bool = True) -
     except ManifestError as exc:
         report.problems.append(Problem("manifest", str(exc)))
         return report
-    get_format(manifest.format_name)
+    unreadable = _unreadable_format(dst, manifest)
+    if unreadable is not None:
+        report.problems.append(unreadable)
+        return report
+    report.problems.extend(_edited_bytes(dst))
     report.problems.extend(_extra_files(dst, manifest))
     jobs = [(dst, manifest, number, mode) for number in range(len(manifest.shards))]
     with Progress(len(jobs), f"verify ({mode})", quiet=quiet, unit="shard") as bar:
@@ -81,6 +86,29 @@ def verify(dst: str, mode: str = "full", workers: int = 1, quiet: bool = True) -
         report.samples_checked += samples
     report.shards_checked = len(jobs)
     return report
+
+
+def _unreadable_format(dst: str, manifest: Manifest) -> Optional[Problem]:
+    """A format unknown to this shardkit, or a newer version of it: nothing more can be checked."""
+    path = Path(dst) / MANIFEST_NAME
+    try:
+        fmt = get_format(manifest.format_name)
+    except UsageError as exc:
+        return Problem("manifest", f"{path}: {exc}")
+    if manifest.format_version > fmt.version:
+        return Problem("manifest", f"{path}: {fmt.name} format version {manifest.format_version} is newer than "
+                                   f"this shardkit reads ({fmt.version}); upgrade shardkit")
+    return None
+
+
+def _edited_bytes(dst: str) -> List[Problem]:
+    """manifest.json's self-checksum covers its content; this catches any other edit (spacing)."""
+    path = Path(dst) / MANIFEST_NAME
+    raw = path.read_bytes()
+    if raw == canonical_bytes(json.loads(raw)):
+        return []
+    return [Problem("manifest", f"{path}: edited after it was written (its content is intact, but its bytes "
+                                "differ from what shardkit wrote)")]
 
 
 def _extra_files(dst: str, manifest: Manifest) -> List[Problem]:

@@ -29,6 +29,9 @@ ARRAY_CHUNK = {"none": 1 << 20, "gzip": 1 << 16, "lzf": 1 << 16}
 #: Reader chunk cache: room for a few chunks; random access gains nothing from more.
 CHUNK_CACHE_BYTES = 8 << 20
 CHUNK_CACHE_SLOTS = 10007
+#: Upper bound of how much larger gzip or lzf data can be than its stored bytes (deflate's
+#: limit is about 1032:1): a dataset claiming more is not backed by the file.
+MAX_EXPANSION = 1100
 _WRITE_BLOCK = 64 << 20
 
 
@@ -76,6 +79,11 @@ class HDF5Writer(ShardWriter):
             handle.create_dataset("crc32", data=np.asarray(self._crcs, dtype=np.uint32), track_times=False)
         fsync_path(self._path)
         self._payloads = []
+
+    def abort(self) -> None:
+        """Drop the buffered samples: nothing reaches the file before close(), so there is
+        nothing to flush (a Ctrl-C or a full disk must not write the whole shard first)."""
+        self._payloads, self._labels, self._crcs = [], [], []
 
     def _write_bytes(self, handle: h5py.File, count: int) -> None:
         lengths = np.fromiter((len(p) for p in self._payloads), dtype=np.int64, count=count)
@@ -130,47 +138,95 @@ def _create(handle: h5py.File, name: str, shape: tuple, dtype: Any, chunks: tupl
 
 
 class HDF5Reader(ShardReader):
-    """Reads samples by index; uncompressed data is served zero-copy from an mmap."""
+    """Reads samples by index; uncompressed data is served zero-copy from an mmap.
+
+    The file is untrusted: every dataset's type, shape and storage is checked before any of
+    it is read, so crafted offsets, counts or sizes raise CorruptShardError instead of
+    allocating what they claim (see _check_dataset).
+    """
 
     def __init__(self, path: str, schema: SampleSchema) -> None:
         self._path = path
         self._schema = schema
-        try:
-            self._file = h5py.File(path, "r", rdcc_nbytes=CHUNK_CACHE_BYTES, rdcc_nslots=CHUNK_CACHE_SLOTS)
-        except (OSError, ValueError) as exc:
-            raise CorruptShardError(f"{path}: cannot open HDF5 shard ({_short(exc)})", path=path) from None
-        try:
-            self._data = self._file["data"]
-            self._labels = np.asarray(self._file["labels"][()], dtype=np.int64)
-            self._crcs = np.asarray(self._file["crc32"][()], dtype=np.uint32)
-            self._offsets = None if schema.is_array else np.asarray(self._file["offsets"][()], dtype=np.int64)
-        except (KeyError, OSError, ValueError, TypeError) as exc:
-            self._file.close()
-            raise CorruptShardError(f"{path}: HDF5 shard is missing or damaged a dataset ({_short(exc)})",
-                                    path=path) from None
-        self._count = len(self._labels)
-        self._check_structure()
         self._view: Optional[np.ndarray] = None
         self._mmap: Optional[mmap.mmap] = None
+        try:
+            self._file = h5py.File(path, "r", rdcc_nbytes=CHUNK_CACHE_BYTES, rdcc_nslots=CHUNK_CACHE_SLOTS)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise CorruptShardError(f"{path}: cannot open HDF5 shard ({_short(exc)})", path=path) from None
+        try:
+            self._load_tables()
+        except CorruptShardError:
+            self.close()
+            raise
+        except (KeyError, OSError, ValueError, TypeError, RuntimeError, AttributeError) as exc:
+            self.close()
+            raise CorruptShardError(f"{path}: HDF5 shard is missing or damaged a dataset ({_short(exc)})",
+                                    path=path) from None
         self._map_contiguous()
 
-    def _check_structure(self) -> None:
-        problem = None
-        if len(self._crcs) != self._count:
-            problem = f"{len(self._crcs)} CRCs for {self._count} labels"
-        elif self._schema.is_array:
-            expected = (self._count, *self._schema.shape)
-            if tuple(self._data.shape) != expected:
-                problem = f"data shape {self._data.shape}, expected {expected}"
+    def _corrupt(self, problem: str) -> CorruptShardError:
+        return CorruptShardError(f"{self._path}: corrupt HDF5 shard: {problem}", path=self._path)
+
+    def _load_tables(self) -> None:
+        """Check the attributes and every dataset's metadata, then read the small tables."""
+        version = self._file.attrs.get("format_version", FORMAT.version)
+        if not isinstance(version, (int, np.integer)) or int(version) > FORMAT.version:
+            raise CorruptShardError(f"{self._path}: HDF5 shard format version {version!r} is newer than this "
+                                    f"shardkit reads ({FORMAT.version}); upgrade shardkit", path=self._path)
+        file_size = os.path.getsize(self._path)
+        labels = self._check_dataset("labels", "iu", 1, file_size)
+        self._count = int(labels.shape[0])
+        crcs = self._check_dataset("crc32", "iu", 1, file_size, rows=self._count)
+        if self._schema.is_array:
+            self._data = self._check_dataset("data", np.dtype(self._schema.dtype).kind, 1 + len(self._schema.shape),
+                                             file_size, rows=self._count)
+            if tuple(self._data.shape[1:]) != tuple(self._schema.shape):
+                raise self._corrupt(f"data shape {self._data.shape}, expected ({self._count}, "
+                                    f"{', '.join(map(str, self._schema.shape))})")
+            offsets = None
         else:
-            offsets = self._offsets
-            if offsets.ndim != 1 or len(offsets) != self._count + 1:
-                problem = f"{len(offsets)} offsets for {self._count} samples"
-            elif offsets[0] != 0 or np.any(np.diff(offsets) < 0) or offsets[-1] != self._data.shape[0]:
-                problem = "offsets are not increasing within the data"
-        if problem:
-            self.close()
-            raise CorruptShardError(f"{self._path}: corrupt HDF5 shard: {problem}", path=self._path)
+            self._data = self._check_dataset("data", "u", 1, file_size)
+            if self._data.dtype.itemsize != 1:
+                raise self._corrupt(f"data has type {self._data.dtype}, expected uint8")
+            offsets = self._check_dataset("offsets", "iu", 1, file_size, rows=self._count + 1)
+        self._labels = np.asarray(labels[()], dtype=np.int64)
+        self._crcs = np.asarray(crcs[()], dtype=np.uint32)
+        self._offsets = None if offsets is None else np.asarray(offsets[()], dtype=np.int64)
+        self._check_structure()
+
+    def _check_dataset(self, name: str, kinds: str, ndim: int, file_size: int,
+                       rows: Optional[int] = None) -> h5py.Dataset:
+        """The dataset `name`, if its type, rank, length and stored bytes are plausible.
+
+        A dataset's elements must be backed by bytes in this file: its allocated storage
+        cannot exceed the file, and its logical size cannot exceed that storage (times the
+        largest gzip/lzf expansion when it is compressed). So a shape claiming terabytes in
+        a small file is refused before anything of that size is allocated.
+        """
+        dset = self._file.get(name)
+        if not isinstance(dset, h5py.Dataset):
+            raise self._corrupt(f"no dataset /{name}")
+        if dset.dtype.kind not in kinds or dset.ndim != ndim:
+            raise self._corrupt(f"/{name} has an unexpected type or rank ({dset.dtype}, {dset.ndim}-D)")
+        if rows is not None and dset.shape[0] != rows:
+            raise self._corrupt(f"/{name} has {dset.shape[0]} rows, expected {rows}")
+        nbytes = int(np.prod(dset.shape, dtype=np.float64) * dset.dtype.itemsize)
+        stored = int(dset.id.get_storage_size())
+        expansion = MAX_EXPANSION if dset.compression or dset.shuffle or dset.fletcher32 else 1
+        if stored > file_size or nbytes > stored * expansion:
+            raise self._corrupt(f"/{name} claims {nbytes} bytes but the file stores {stored} of its "
+                                f"{file_size} bytes for it")
+        return dset
+
+    def _check_structure(self) -> None:
+        if self._schema.is_array:
+            return
+        offsets = self._offsets
+        if offsets[0] != 0 or np.any(np.diff(offsets) < 0):
+            raise self._corrupt("offsets are negative, decreasing or overlapping")
+        if offsets[-1] != self._data.shape[0]:
+            raise self._corrupt(f"offsets end at {offsets[-1]}, the data holds {self._data.shape[0]} bytes")
 
     def _map_contiguous(self) -> None:
         """mmap the data when it is uncompressed and its chunks lie back to back in the file."""
