@@ -145,6 +145,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
         raise _destination_failure(dst, exc) from None
     try:
         created = _start_or_resume(journal, fingerprint, options)
+        remove_stale_temps(dst)
         done, pending = _split_done(journal, dst, tasks, fmt.extension)
         plan_skipped = source.plan_skipped()
         if plan_skipped and options.on_error == "fail":
@@ -208,12 +209,16 @@ def _fingerprint(source_fp: str, options: ConvertOptions, schema: Any, ranges: L
 
 def _already_complete(dst: str, fingerprint: str, options: ConvertOptions) -> Optional[Manifest]:
     """With --resume, a DST already finished from the same plan needs no work."""
-    if not options.resume or not (Path(dst) / MANIFEST_NAME).is_file() or (Path(dst) / JOURNAL_DIR).exists():
+    journal = Journal(dst)
+    if not options.resume or not (Path(dst) / MANIFEST_NAME).is_file() or journal.exists():
         return None
     manifest = load_manifest(dst)
     if manifest.source.get("fingerprint") != fingerprint:
         raise UsageError(f"{dst}: already holds a complete dataset made from other input or options; "
                          "use --overwrite to replace it", path=dst)
+    if journal.root.exists():       # killed while removing its journal, after the manifest was written
+        journal.lock()
+        journal.remove()
     return manifest
 
 
@@ -223,7 +228,7 @@ _TEMP_NAME = re.compile(r"^\..+\.(tmp|tmp-\d+)$")
 
 
 def _prepare_destination(dst: str, options: ConvertOptions) -> Journal:
-    """Take DST's lock, refuse a non-empty DST without --overwrite/--resume, clear stale temps.
+    """Take DST's lock and refuse a non-empty DST without --overwrite or --resume.
 
     The lock comes first, so a second `convert` into a DST that is being written is told so
     (LockedError, exit 1) whatever its options.
@@ -239,7 +244,6 @@ def _prepare_destination(dst: str, options: ConvertOptions) -> Journal:
         (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
         if not journal.locked:
             journal.lock()
-        remove_stale_temps(dst)
         if options.overwrite:
             _remove_outputs(dst, keep_lock=True)
             (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
@@ -300,10 +304,22 @@ def _start_or_resume(journal: Journal, fingerprint: str, options: ConvertOptions
                              "resume with the same ones, or use --overwrite to start over",
                              path=str(journal.root.parent))
         return str(previous["created"])
-    created = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    created = _creation_time()
     journal.clear_done()
     journal.write_plan({"fingerprint": fingerprint, "created": created})
     return created
+
+
+def _creation_time() -> str:
+    """Now (UTC, whole seconds), or SOURCE_DATE_EPOCH when set, so two runs can agree byte for byte."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if not epoch:
+        moment = datetime.datetime.now(datetime.timezone.utc)
+    elif epoch.isdigit():
+        moment = datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc)
+    else:
+        raise UsageError(f"SOURCE_DATE_EPOCH must be whole seconds since 1970, not {epoch!r}")
+    return moment.replace(microsecond=0).isoformat()
 
 
 def _split_done(journal: Journal, dst: str, tasks: List[ShardTask],
@@ -350,8 +366,12 @@ def _run(ctx: SinkContext, tasks: List[ShardTask], options: ConvertOptions, alre
                 check(write_shard(dataclasses.replace(ctx, max_errors=remaining()), task, progress=bar.advance))
         else:
             from .parallel import run_parallel
-            run_parallel(dataclasses.replace(ctx, max_errors=remaining()), tasks, options.workers,
-                         on_result=check, on_progress=bar.set)
+            try:
+                run_parallel(dataclasses.replace(ctx, max_errors=remaining()), tasks, options.workers,
+                             on_result=check, on_progress=bar.set)
+            except BaseException:
+                remove_stale_temps(ctx.dst)     # workers stopped mid-shard leave their temporary files
+                raise
     return results
 
 

@@ -51,11 +51,13 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         durable_replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)      # a full disk must not leave a half-written temporary behind
         except OSError:
             pass
+        if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None   # name the file it was for
         raise
 
 

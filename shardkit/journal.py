@@ -90,6 +90,11 @@ class Journal:
         self.done_dir.mkdir(parents=True, exist_ok=True)
 
     def remove(self) -> None:
-        """Delete the journal after the manifest is safely written."""
+        """Delete the journal after the manifest is safely written. The plan goes first: a run
+        killed halfway through leaves a manifest and no plan, which reads as complete."""
+        try:
+            (self.root / "plan.json").unlink()
+        except OSError:
+            pass
         self.unlock()
         shutil.rmtree(self.root, ignore_errors=True)

@@ -26,7 +26,7 @@ from .sink import ShardResult, SinkContext, write_shard
 _WORKER_CTX: Optional[SinkContext] = None
 _WORKER_COUNTERS: Any = None
 #: Seconds a stopped worker gets to exit after SIGTERM before it is killed.
-STOP_GRACE = 5.0
+STOP_GRACE = 2.0
 
 
 def _die_with_parent(parent: int) -> None:

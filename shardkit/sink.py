@@ -135,11 +135,18 @@ def write_failure(final: Path, task: ShardTask, exc: BaseException) -> Conversio
 
 
 def describe_os_error(exc: BaseException) -> str:
-    """A short reason for a failed write: the errno text when there is one, else the first line."""
-    if isinstance(exc, OSError) and exc.strerror:
+    """A short reason for a failed write: 'No space left on device' when that is what happened
+    (libraries bury it in long texts such as "errno = 28, error message = ..."), else the errno
+    text, else the first line of the message."""
+    text = str(exc)
+    for code in sorted(_NO_ROOM):
+        if (isinstance(exc, OSError) and exc.errno == code) or os.strerror(code) in text \
+                or f"errno = {code}," in text:
+            return os.strerror(code)
+    if isinstance(exc, OSError) and exc.strerror and exc.errno is not None:
         return exc.strerror
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 def resume_hint(exc: BaseException) -> str:
