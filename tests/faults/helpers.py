@@ -9,17 +9,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def cli_env() -> Dict[str, str]:
-    """Environment for a child `python -m shardkit`: this checkout first on the path, no colour."""
+def cli_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """Environment for a child `python -m shardkit`: this checkout first on the path."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONWARNINGS", None)
+    env.update(extra or {})
     return env
 
 
@@ -27,22 +28,23 @@ def cli_args(*args: object) -> List[str]:
     return [sys.executable, "-m", "shardkit", *[os.fspath(a) if isinstance(a, Path) else str(a) for a in args]]
 
 
-def run_cli(*args: object, timeout: float = 120, preexec_fn: Optional[Callable[[], None]] = None
-            ) -> subprocess.CompletedProcess:
+def run_cli(*args: object, timeout: float = 120, preexec_fn: Optional[Callable[[], None]] = None,
+            env_extra: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
     """Run `shardkit ARGS` in a fresh interpreter and capture its output (bytes-safe text)."""
-    return subprocess.run(cli_args(*args), env=cli_env(), capture_output=True, timeout=timeout,
+    return subprocess.run(cli_args(*args), env=cli_env(env_extra), capture_output=True, timeout=timeout,
                           preexec_fn=preexec_fn, text=True, errors="backslashreplace")
 
 
-def start_cli(*args: object, **popen: object) -> subprocess.Popen:
+def start_cli(*args: object, env_extra: Optional[Dict[str, str]] = None, **popen: Any) -> subprocess.Popen:
     """Start `shardkit ARGS` in its own session (so a test can signal it and its workers apart)."""
-    return subprocess.Popen(cli_args(*args), env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, errors="backslashreplace", start_new_session=True, **popen)
+    return subprocess.Popen(cli_args(*args), env=cli_env(env_extra), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, errors="backslashreplace", start_new_session=True,
+                            **popen)
 
 
-def assert_no_traceback(result: subprocess.CompletedProcess) -> None:
+def assert_no_traceback(result: "subprocess.CompletedProcess | str") -> None:
     """Expected failures print one `error: ...` line, never a Python traceback."""
-    output = (result.stdout or "") + (result.stderr or "")
+    output = result if isinstance(result, str) else (result.stdout or "") + (result.stderr or "")
     assert "Traceback" not in output, output
     # a bare exception line ("KeyError: 'x'") at the start of a line is a leaked crash too
     assert not re.search(r"^[A-Za-z_.]*(Error|Exception|Interrupt|Exit)\b", output, re.M), output

@@ -1,0 +1,201 @@
+"""Random single-bit flips in real shard files, many trials per format.
+
+- `verify` (full) must flag every flip, anywhere in any shard (whole-file sha256);
+- `verify --deep` must name the damaged sample for every flip inside a sample's payload;
+- readers with verify_checksums=True must raise CorruptSampleError (payload flips: naming
+  the shard and index) or CorruptShardError, and never return a payload that differs from
+  what was stored.
+Trial counts and detection rates are printed (run with -s or -rP to see them).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit.errors import CorruptSampleError, CorruptShardError
+from shardkit.handles import HANDLES
+
+from .helpers import flip_bit, make_tiny_tree, shard_paths
+
+FULL_TRIALS = 60
+DEEP_TRIALS = 40
+READER_TRIALS = 40
+METADATA_TRIALS = 30
+
+
+@pytest.fixture(scope="module")
+def flip_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("flips") / "src"
+    make_tiny_tree(root, 36, seed=13)
+    return root
+
+
+@pytest.fixture
+def flip_dataset(flip_tree: Path, fmt: str, tmp_path: Path) -> Path:
+    dst = tmp_path / "dst"
+    shardkit.convert(str(flip_tree), str(dst), format=fmt, samples_per_shard=12, quiet=True)
+    return dst
+
+
+Region = Tuple[int, int, int, int]   # shard number, local index, start byte, stop byte
+
+
+def payload_regions(dst: Path) -> Tuple[List[Region], Dict[int, bytes]]:
+    """Where each sample's payload lies in its shard file (found by its bytes), and the payloads."""
+    ds = shardkit.open_dataset(dst, decode=None)
+    regions: List[Region] = []
+    payloads: Dict[int, bytes] = {}
+    for shard, path in enumerate(shard_paths(dst)):
+        content = path.read_bytes()
+        first = int(ds.shard_starts[shard])
+        for local in range(int(ds.shard_starts[shard + 1]) - first):
+            payload = bytes(memoryview(ds[first + local][0]))
+            payloads[first + local] = payload
+            start = content.find(payload)
+            assert start >= 0 and content.find(payload, start + 1) < 0, "payload not stored verbatim once"
+            regions.append((shard, local, start, start + len(payload)))
+    HANDLES.close_all()
+    return regions, payloads
+
+
+def _outside(regions: List[Region], shard: int, offset: int) -> bool:
+    return not any(s == shard and start <= offset < stop for s, _, start, stop in regions)
+
+
+def _rng(fmt: str, salt: int) -> np.random.Generator:
+    return np.random.default_rng([salt, sum(map(ord, fmt))])
+
+
+def test_verify_full_detects_every_flip(flip_dataset: Path, fmt: str) -> None:
+    shards = shard_paths(flip_dataset)
+    sizes = [os.path.getsize(p) for p in shards]
+    rng = _rng(fmt, 1)
+    detected = 0
+    for _ in range(FULL_TRIALS):
+        shard = int(rng.integers(len(shards)))
+        offset, bit = int(rng.integers(sizes[shard])), int(rng.integers(8))
+        flip_bit(shards[shard], offset, bit)
+        try:
+            report = shardkit.verify(str(flip_dataset), mode="full")
+        finally:
+            flip_bit(shards[shard], offset, bit)
+        named = {p.shard for p in report.problems}
+        if not report.ok and named == {f"shards/{shards[shard].name}"}:
+            detected += 1
+    print(f"\n{fmt}: verify (full) detected {detected}/{FULL_TRIALS} random bit flips")
+    assert detected == FULL_TRIALS
+    assert shardkit.verify(str(flip_dataset), mode="deep").ok, "flipping back restored the dataset"
+
+
+def test_verify_deep_names_the_damaged_sample(flip_dataset: Path, fmt: str) -> None:
+    regions, _ = payload_regions(flip_dataset)
+    shards = shard_paths(flip_dataset)
+    rng = _rng(fmt, 2)
+    named = 0
+    for _ in range(DEEP_TRIALS):
+        shard, local, start, stop = regions[int(rng.integers(len(regions)))]
+        offset, bit = int(rng.integers(start, stop)), int(rng.integers(8))
+        flip_bit(shards[shard], offset, bit)
+        try:
+            report = shardkit.verify(str(flip_dataset), mode="deep")
+        finally:
+            flip_bit(shards[shard], offset, bit)
+        samples = {(p.shard, p.index) for p in report.problems if p.kind == "sample"}
+        if samples == {(f"shards/{shards[shard].name}", local)}:
+            named += 1
+    print(f"\n{fmt}: verify --deep named the damaged sample for {named}/{DEEP_TRIALS} payload bit flips")
+    assert named == DEEP_TRIALS
+
+
+def test_verify_deep_reports_flips_outside_payloads(flip_dataset: Path, fmt: str) -> None:
+    regions, _ = payload_regions(flip_dataset)
+    shards = shard_paths(flip_dataset)
+    rng = _rng(fmt, 3)
+    flagged = trials = 0
+    while trials < METADATA_TRIALS:
+        shard = int(rng.integers(len(shards)))
+        offset, bit = int(rng.integers(os.path.getsize(shards[shard]))), int(rng.integers(8))
+        if not _outside(regions, shard, offset):
+            continue
+        trials += 1
+        flip_bit(shards[shard], offset, bit)
+        try:
+            report = shardkit.verify(str(flip_dataset), mode="deep")
+        finally:
+            flip_bit(shards[shard], offset, bit)
+        if not report.ok and {p.shard for p in report.problems} == {f"shards/{shards[shard].name}"}:
+            flagged += 1
+    print(f"\n{fmt}: verify --deep flagged the shard for {flagged}/{trials} bit flips outside payloads")
+    assert flagged == trials
+
+
+def test_reader_never_returns_a_damaged_payload(flip_dataset: Path, fmt: str) -> None:
+    regions, payloads = payload_regions(flip_dataset)
+    shards = shard_paths(flip_dataset)
+    rng = _rng(fmt, 4)
+    raised = 0
+    for _ in range(READER_TRIALS):
+        shard, local, start, stop = regions[int(rng.integers(len(regions)))]
+        offset, bit = int(rng.integers(start, stop)), int(rng.integers(8))
+        flip_bit(shards[shard], offset, bit)
+        try:
+            ds = shardkit.open_dataset(flip_dataset, decode=None, verify_checksums=True)
+            index = int(ds.shard_starts[shard]) + local
+            with pytest.raises(CorruptSampleError) as caught:
+                ds[index]
+            assert caught.value.index == local and caught.value.shard == f"shards/{shards[shard].name}"
+            assert shards[shard].name in str(caught.value) and f"sample {local}" in str(caught.value)
+            raised += 1
+            _check_others(ds, payloads, skip=index)
+        finally:
+            flip_bit(shards[shard], offset, bit)
+            HANDLES.close_all()
+    print(f"\n{fmt}: readers raised CorruptSampleError for {raised}/{READER_TRIALS} payload bit flips")
+    assert raised == READER_TRIALS
+
+
+def test_reader_with_flips_outside_payloads(flip_dataset: Path, fmt: str) -> None:
+    """Damage to a shard's index or metadata: every read raises or returns the stored payload."""
+    regions, payloads = payload_regions(flip_dataset)
+    shards = shard_paths(flip_dataset)
+    rng = _rng(fmt, 5)
+    outcomes = {"raised": 0, "intact": 0}
+    trials = 0
+    while trials < METADATA_TRIALS:
+        shard = int(rng.integers(len(shards)))
+        offset, bit = int(rng.integers(os.path.getsize(shards[shard]))), int(rng.integers(8))
+        if not _outside(regions, shard, offset):
+            continue
+        trials += 1
+        flip_bit(shards[shard], offset, bit)
+        try:
+            ds = shardkit.open_dataset(flip_dataset, decode=None, verify_checksums=True)
+            outcome = _check_others(ds, payloads, skip=-1)
+            outcomes["raised" if outcome else "intact"] += 1
+        finally:
+            flip_bit(shards[shard], offset, bit)
+            HANDLES.close_all()
+    print(f"\n{fmt}: {trials} bit flips outside payloads with verify_checksums=True: "
+          f"{outcomes['raised']} raised CorruptShardError/CorruptSampleError, "
+          f"{outcomes['intact']} read every payload intact; 0 returned a wrong payload")
+
+
+def _check_others(ds, payloads: Dict[int, bytes], skip: int) -> int:
+    """Read every sample but skip: each must raise CorruptShardError or equal the stored payload.
+    Returns how many raised."""
+    raised = 0
+    for index, expected in payloads.items():
+        if index == skip:
+            continue
+        try:
+            payload = bytes(memoryview(ds[index][0]))
+        except CorruptShardError:
+            raised += 1
+            continue
+        assert payload == expected, f"sample {index} came back different without an error"
+    return raised

@@ -1,0 +1,164 @@
+"""Ctrl-C (SIGINT) and concurrent runs, on real `shardkit convert` processes.
+
+Ctrl-C exits with code 130 and one line saying how to resume, stops its workers at once
+(even one stuck in I/O), leaves no temporary file, and `--resume` then finishes byte for
+byte like an uninterrupted run. A second convert into a DST being written is refused.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from .helpers import (assert_no_traceback, error_lines, make_tiny_tree, run_cli, start_cli, tree_bytes,
+                      wait_for)
+from .test_kill_resume import session_processes
+
+EPOCH = {"SOURCE_DATE_EPOCH": "1700000000"}
+SHARD = 4
+
+
+@pytest.fixture(scope="module")
+def big_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("sigint") / "src"
+    make_tiny_tree(root, 320, seed=5)
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference_cache(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return {"root": tmp_path_factory.mktemp("sigint-ref")}
+
+
+def _args(src: Path, dst: Path, fmt: str, workers: int) -> List[object]:
+    return ["convert", src, dst, "--format", fmt, "--samples-per-shard", SHARD, "--workers", workers, "--quiet"]
+
+
+def _reference(cache: dict, src: Path, fmt: str) -> dict:
+    if fmt not in cache:
+        dst = cache["root"] / fmt
+        result = run_cli(*_args(src, dst, fmt, 1), env_extra=EPOCH)
+        assert result.returncode == 0, result.stderr
+        cache[fmt] = tree_bytes(dst)
+    return cache[fmt]
+
+
+def _done(dst: Path) -> int:
+    folder = dst / ".shardkit" / "done"
+    return len(list(folder.glob("shard-*.json"))) if folder.is_dir() else 0
+
+
+def _temps(dst: Path) -> List[str]:
+    return [str(p) for p in dst.rglob(".*") if ".tmp" in p.name]
+
+
+def _workers_of(pid: int) -> List[int]:
+    """Spawned pool workers of pid (not the resource tracker)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != pid:
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    cmdline = handle.read()
+                with open(f"/proc/{entry}/stat") as handle:
+                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            if ppid == pid and b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("workers, target", [(1, "group"), (2, "group"), (2, "stuck-worker")])
+def test_ctrl_c_exits_promptly_and_resume_finishes(big_tree: Path, reference_cache: dict, fmt: str,
+                                                   tmp_path: Path, workers: int, target: str) -> None:
+    expected = _reference(reference_cache, big_tree, fmt)
+    total = sum(1 for name in expected if name.startswith("shards/"))
+    dst = tmp_path / "dst"
+    args = _args(big_tree, dst, fmt, workers)
+    proc = start_cli(*args, env_extra=EPOCH)
+    try:
+        assert wait_for(lambda: _done(dst) >= 2 or proc.poll() is not None, timeout=60)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        if target == "group":
+            os.killpg(proc.pid, signal.SIGINT)       # what a terminal's Ctrl-C does
+        else:
+            # one worker hangs (as on a dead network mount): Ctrl-C must not wait for it
+            assert wait_for(lambda: len(_workers_of(proc.pid)) == workers, timeout=30)
+            os.kill(_workers_of(proc.pid)[0], signal.SIGSTOP)
+            os.kill(proc.pid, signal.SIGINT)
+        done_at_signal = _done(dst)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, stderr
+    assert_no_traceback(stdout + stderr)
+    [line] = [line for line in stderr.splitlines() if line.strip()]
+    assert line.startswith("error: ") and "interrupted" in line and "run the same command with --resume" in line
+    assert wait_for(lambda: not session_processes(proc.pid), timeout=10), "a worker outlived Ctrl-C"
+    assert not (dst / "manifest.json").exists()
+    assert _temps(dst) == [], "Ctrl-C left temporary files"
+    assert _done(dst) <= done_at_signal + workers < total, "the run went on after Ctrl-C"
+
+    result = run_cli(*args, "--resume", env_extra=EPOCH)
+    assert result.returncode == 0, result.stderr
+    assert tree_bytes(dst) == expected
+
+
+def test_second_convert_into_a_running_dst_is_refused(big_tree: Path, reference_cache: dict, fmt: str,
+                                                      tmp_path: Path) -> None:
+    expected = _reference(reference_cache, big_tree, fmt)
+    dst = tmp_path / "dst"
+    args = _args(big_tree, dst, fmt, 1)
+    first = start_cli(*args, env_extra=EPOCH)
+    try:
+        assert wait_for(lambda: _done(dst) >= 1 or first.poll() is not None, timeout=60)
+        os.killpg(first.pid, signal.SIGSTOP)      # hold it mid-run, lock taken
+        assert first.poll() is None
+        for extra in ([], ["--resume"], ["--overwrite"]):
+            second = run_cli(*args, *extra, env_extra=EPOCH)
+            assert second.returncode == 1, (extra, second.stderr)
+            assert_no_traceback(second)
+            [line] = error_lines(second)
+            assert "another shardkit convert is writing here" in line and str(dst) in line
+        os.killpg(first.pid, signal.SIGCONT)
+        first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.communicate()
+    assert first.returncode == 0
+    assert tree_bytes(dst) == expected, "the refused runs must not have touched the running one's output"
+
+
+def test_resume_with_other_options_is_refused(big_tree: Path, fmt: str, tmp_path: Path) -> None:
+    dst = tmp_path / "dst"
+    args = _args(big_tree, dst, fmt, 1)
+    proc = start_cli(*args)
+    assert wait_for(lambda: _done(dst) >= 1 or proc.poll() is not None, timeout=60)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    before = tree_bytes(dst)
+    result = run_cli("convert", big_tree, dst, "--format", fmt, "--samples-per-shard", SHARD + 1, "--resume", "-q")
+    assert result.returncode == 2 and "differ from the interrupted run" in result.stderr
+    assert_no_traceback(result)
+    assert tree_bytes(dst) == before
+
+
+def test_kill_while_removing_the_journal(big_tree: Path, reference_cache: dict, fmt: str, tmp_path: Path) -> None:
+    """A kill after manifest.json was written, while .shardkit/ was being deleted, leaves a
+    complete dataset plus a journal remnant without its plan: --resume tidies it and is done."""
+    expected = _reference(reference_cache, big_tree, fmt)
+    dst = tmp_path / "dst"
+    shutil.copytree(reference_cache["root"] / fmt, dst)
+    (dst / ".shardkit" / "done").mkdir(parents=True)
+    (dst / ".shardkit" / "lock").touch()
+    result = run_cli(*_args(big_tree, dst, fmt, 1), "--resume", env_extra=EPOCH)
+    assert result.returncode == 0, result.stderr
+    assert tree_bytes(dst) == expected and not (dst / ".shardkit").exists()
