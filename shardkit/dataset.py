@@ -12,8 +12,14 @@ from .errors import CorruptSampleError, CorruptShardError, ManifestError, UsageE
 from .formats import get_format
 from .formats.base import ShardReader
 from .handles import HANDLES
+from .integrity import hash_file
 from .manifest import Manifest, load_manifest
 from .records import Encoded
+
+
+#: What a format's library may raise on a damaged file that its own checks did not catch;
+#: the read side reports it as CorruptShardError / CorruptSampleError, never as itself.
+_READ_FAILURES = (OSError, ValueError, KeyError, IndexError, RuntimeError, TypeError, EOFError)
 
 
 class ShardDataset(torch.utils.data.Dataset):
@@ -28,7 +34,7 @@ class ShardDataset(torch.utils.data.Dataset):
     def __init__(self, root: "str | os.PathLike[str]", decode: Optional[str] = "pil",
                  transform: Optional[Callable[[Any], Any]] = None,
                  target_transform: Optional[Callable[[Any], Any]] = None,
-                 verify_checksums: bool = False, max_open_shards: int = 128,
+                 verify_checksums: "bool | str" = False, max_open_shards: int = 128,
                  **format_options: Any) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self.manifest: Manifest = load_manifest(self.root)
@@ -41,6 +47,8 @@ class ShardDataset(torch.utils.data.Dataset):
                                 f"than this shardkit reads ({fmt.version}); upgrade shardkit", path=self.root)
         if max_open_shards < 1:
             raise UsageError("max_open_shards must be at least 1")
+        if verify_checksums not in (False, True, "full"):
+            raise UsageError(f"verify_checksums must be False, True or 'full', not {verify_checksums!r}")
         self.decode = decode
         self.transform = transform
         self.target_transform = target_transform
@@ -49,6 +57,7 @@ class ShardDataset(torch.utils.data.Dataset):
         self._format_options: Dict[str, Any] = {**self.manifest.format_options, **format_options}
         self._decoder = make_decoder(self.manifest.schema, decode)
         self._labeled = self.manifest.schema.labeled
+        self._classes = len(self.manifest.classes) if self._labeled else 0
         shards = self.manifest.shards
         self._paths: List[str] = [os.path.join(self.root, entry.path) for entry in shards]
         self._sizes = np.array([entry.size for entry in shards], dtype=np.int64)
@@ -101,8 +110,15 @@ class ShardDataset(torch.utils.data.Dataset):
         if size != self._sizes[shard]:
             raise CorruptShardError(f"{path}: shard {shard} has {size} bytes, manifest says {self._sizes[shard]} "
                                     "(truncated or replaced)", path=path)
+        if self.verify_checksums == "full" and hash_file(path) != self.manifest.shards[shard].sha256:
+            raise CorruptShardError(f"{path}: shard {shard} fails its sha256 check (its bytes changed after "
+                                    "conversion)", path=path)
         fmt = get_format(self.manifest.format_name)
-        reader = fmt.open_reader(path, self.manifest.schema, self._format_options)
+        try:
+            reader = fmt.open_reader(path, self.manifest.schema, self._format_options)
+        except _READ_FAILURES as exc:
+            raise CorruptShardError(f"{path}: shard {shard} cannot be opened ({type(exc).__name__}: {exc})",
+                                    path=path) from None
         if len(reader) != self._counts[shard]:
             reader.close()
             raise CorruptShardError(f"{path}: shard {shard} holds {len(reader)} samples, manifest says "
@@ -112,11 +128,21 @@ class ShardDataset(torch.utils.data.Dataset):
     def read_encoded(self, index: int) -> Encoded:
         """The stored record of a global index (CRC checked when verify_checksums)."""
         shard, local = self.locate(index)
-        encoded = self.reader(shard).read(local)
+        reader = self.reader(shard)
+        path = self._paths[shard]
+        try:
+            encoded = reader.read(local)
+        except _READ_FAILURES as exc:
+            raise CorruptSampleError(f"{path}: sample {local} (global index {index}) cannot be read "
+                                     f"({type(exc).__name__}: {exc})", path=path,
+                                     shard=self.manifest.shards[shard].path, index=local) from None
         if self.verify_checksums and not encoded.crc_ok():
-            path = self._paths[shard]
             raise CorruptSampleError(f"{path}: sample {local} (global index {index}) fails its CRC32 check",
                                      path=path, shard=self.manifest.shards[shard].path, index=local)
+        if self.verify_checksums and self._classes and not 0 <= encoded.label < self._classes:
+            raise CorruptSampleError(f"{path}: sample {local} (global index {index}) has label {encoded.label}, "
+                                     f"outside the {self._classes} classes", path=path,
+                                     shard=self.manifest.shards[shard].path, index=local)
         return encoded
 
     def __getitem__(self, index: int) -> Any:

@@ -17,6 +17,8 @@ from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, ShardEntry, canonical
 from .progress import Progress
 
 MODES = ("quick", "full", "deep")
+#: What a format's library may raise on a damaged file; reported as a problem, never raised.
+_READ_FAILURES = (OSError, ValueError, KeyError, IndexError, RuntimeError, TypeError, EOFError)
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,10 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
     except CorruptShardError as exc:
         problem("structure", str(exc).replace(f"{path}: ", "", 1))
         return problems, 0
+    except _READ_FAILURES as exc:       # a library error the format's own checks did not catch
+        problem("structure", f"cannot be opened ({type(exc).__name__}: {exc})")
+        return problems, 0
+    classes = len(manifest.classes) if manifest.schema.labeled else 0
     samples = 0
     try:
         if len(reader) != entry.num_samples:
@@ -159,12 +165,15 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
                 samples += 1
                 try:
                     encoded = reader.read(index)
-                except (CorruptShardError, OSError, ValueError) as exc:
+                except _READ_FAILURES as exc:
                     problem("sample", f"sample {index} cannot be read ({exc})", index)
                     continue
                 if not encoded.crc_ok():
                     problem("sample", f"sample {index} fails its CRC32 check", index)
                     continue
+                if classes and not 0 <= encoded.label < classes:
+                    problem("sample", f"sample {index} has label {encoded.label}, outside the {classes} classes",
+                            index)
                 try:
                     check_payload_decodes(manifest.schema, encoded.payload)
                 except SampleError as exc:
