@@ -157,7 +157,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
                                   f"first: {_first_skip(done, plan_skipped)}")
         ctx = SinkContext(dst=dst, source=source, format_name=fmt.name, schema=schema,
                           format_options=fmt.default_options(schema, source.estimated_bytes()),
-                          on_error=options.on_error, max_errors=options.max_errors)
+                          on_error=options.on_error, max_errors=options.max_errors, error_limit=options.max_errors)
         if options.readahead is not None:
             ctx.format_options["readahead"] = bool(options.readahead)
         results = done + _run(ctx, pending, options, already_skipped=already_skipped)

@@ -34,7 +34,10 @@ class SinkContext:
     schema: SampleSchema
     format_options: Dict[str, Any]
     on_error: str = "skip"
+    #: skipped inputs this shard may still have (what is left of --max-errors); None: no limit
     max_errors: Optional[int] = None
+    #: the --max-errors the user gave, for messages
+    error_limit: Optional[int] = None
 
 
 @dataclass
@@ -89,8 +92,8 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
                 if ctx.on_error == "fail":
                     raise ConversionError(f"{outcome.message()} (--on-error fail)", path=outcome.path)
                 if ctx.max_errors is not None and len(skipped) > ctx.max_errors:
-                    raise ConversionError(f"the --max-errors limit was exceeded; last failed input: "
-                                          f"{outcome.message()}", path=outcome.path)
+                    raise ConversionError(f"more than {ctx.error_limit} inputs failed (--max-errors); "
+                                          f"last: {outcome.message()}", path=outcome.path)
                 if progress:
                     progress(1, 0)
                 continue
