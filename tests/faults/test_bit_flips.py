@@ -23,8 +23,8 @@ from shardkit.handles import HANDLES
 from .helpers import flip_bit, make_tiny_tree, shard_paths
 
 FULL_TRIALS = 60
-DEEP_TRIALS = 40
-READER_TRIALS = 40
+DEEP_TRIALS = 30
+READER_TRIALS = 30
 METADATA_TRIALS = 30
 
 
@@ -45,17 +45,18 @@ def flip_dataset(flip_tree: Path, fmt: str, tmp_path: Path) -> Path:
 Region = Tuple[int, int, int, int]   # shard number, local index, start byte, stop byte
 
 
-def payload_regions(dst: Path) -> Tuple[List[Region], Dict[int, bytes]]:
-    """Where each sample's payload lies in its shard file (found by its bytes), and the payloads."""
+def payload_regions(dst: Path) -> Tuple[List[Region], Dict[int, Tuple[bytes, int]]]:
+    """Where each sample's payload lies in its shard file (found by its bytes), and the samples."""
     ds = shardkit.open_dataset(dst, decode=None)
     regions: List[Region] = []
-    payloads: Dict[int, bytes] = {}
+    payloads: Dict[int, Tuple[bytes, int]] = {}
     for shard, path in enumerate(shard_paths(dst)):
         content = path.read_bytes()
         first = int(ds.shard_starts[shard])
         for local in range(int(ds.shard_starts[shard + 1]) - first):
-            payload = bytes(memoryview(ds[first + local][0]))
-            payloads[first + local] = payload
+            payload, label = ds[first + local]
+            payload = bytes(memoryview(payload))
+            payloads[first + local] = (payload, label)
             start = content.find(payload)
             assert start >= 0 and content.find(payload, start + 1) < 0, "payload not stored verbatim once"
             regions.append((shard, local, start, start + len(payload)))
@@ -159,12 +160,16 @@ def test_reader_never_returns_a_damaged_payload(flip_dataset: Path, fmt: str) ->
     assert raised == READER_TRIALS
 
 
-def test_reader_with_flips_outside_payloads(flip_dataset: Path, fmt: str) -> None:
-    """Damage to a shard's index or metadata: every read raises or returns the stored payload."""
-    regions, payloads = payload_regions(flip_dataset)
+@pytest.mark.parametrize("checks", [True, "full"])
+def test_reader_with_flips_outside_payloads(flip_dataset: Path, fmt: str, checks: object) -> None:
+    """Damage to a shard's index or metadata. verify_checksums=True: every read raises or returns
+    the stored payload (a flipped label can pass unless it leaves the class range: labels are
+    not under the payload's CRC). verify_checksums="full": the shard's sha256 is checked when
+    it is opened, so every such flip raises and nothing wrong is returned, labels included."""
+    regions, samples = payload_regions(flip_dataset)
     shards = shard_paths(flip_dataset)
     rng = _rng(fmt, 5)
-    outcomes = {"raised": 0, "intact": 0}
+    outcomes = {"raised": 0, "intact": 0, "wrong label": 0}
     trials = 0
     while trials < METADATA_TRIALS:
         shard = int(rng.integers(len(shards)))
@@ -174,28 +179,32 @@ def test_reader_with_flips_outside_payloads(flip_dataset: Path, fmt: str) -> Non
         trials += 1
         flip_bit(shards[shard], offset, bit)
         try:
-            ds = shardkit.open_dataset(flip_dataset, decode=None, verify_checksums=True)
-            outcome = _check_others(ds, payloads, skip=-1)
-            outcomes["raised" if outcome else "intact"] += 1
+            ds = shardkit.open_dataset(flip_dataset, decode=None, verify_checksums=checks)
+            raised, wrong_labels = _check_others(ds, samples, skip=-1)
+            outcome = "raised" if raised else "wrong label" if wrong_labels else "intact"
+            outcomes[outcome] += 1
         finally:
             flip_bit(shards[shard], offset, bit)
             HANDLES.close_all()
-    print(f"\n{fmt}: {trials} bit flips outside payloads with verify_checksums=True: "
-          f"{outcomes['raised']} raised CorruptShardError/CorruptSampleError, "
-          f"{outcomes['intact']} read every payload intact; 0 returned a wrong payload")
+    print(f"\n{fmt}: {trials} bit flips outside payloads, verify_checksums={checks!r}: "
+          f"{outcomes['raised']} raised, {outcomes['intact']} read back intact, "
+          f"{outcomes['wrong label']} returned a wrong label; 0 returned a wrong payload")
+    if checks == "full":
+        assert outcomes["raised"] == trials
 
 
-def _check_others(ds, payloads: Dict[int, bytes], skip: int) -> int:
-    """Read every sample but skip: each must raise CorruptShardError or equal the stored payload.
-    Returns how many raised."""
-    raised = 0
-    for index, expected in payloads.items():
+def _check_others(ds, samples: Dict[int, Tuple[bytes, int]], skip: int) -> Tuple[int, int]:
+    """Read every sample but skip: each must raise CorruptShardError or return the stored payload.
+    Returns (how many raised, how many came back with another label)."""
+    raised = wrong_labels = 0
+    for index, (expected, label) in samples.items():
         if index == skip:
             continue
         try:
-            payload = bytes(memoryview(ds[index][0]))
+            payload, got = ds[index]
         except CorruptShardError:
             raised += 1
             continue
-        assert payload == expected, f"sample {index} came back different without an error"
-    return raised
+        assert bytes(memoryview(payload)) == expected, f"sample {index} came back different without an error"
+        wrong_labels += got != label
+    return raised, wrong_labels

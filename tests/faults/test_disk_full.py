@@ -130,7 +130,7 @@ def small_tmpfs(tmp_path: Path):
 
 
 def test_full_tmpfs_then_resume_after_space_returns(tree_with_a_big_image: Path, fmt: str, tmp_path: Path,
-                                                   small_tmpfs: Path) -> None:
+                                                    small_tmpfs: Path) -> None:
     expected = _reference(tree_with_a_big_image, tmp_path / "ref", fmt, 3)
     assert sum(len(d) for d in expected.values()) > 192 * 1024, "the dataset must not fit in the tmpfs"
     dst = small_tmpfs / "dst"

@@ -25,7 +25,7 @@ SHARD = 4
 @pytest.fixture(scope="module")
 def big_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("sigint") / "src"
-    make_tiny_tree(root, 320, seed=5)
+    make_tiny_tree(root, 240, seed=5)
     return root
 
 

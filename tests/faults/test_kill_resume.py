@@ -29,7 +29,7 @@ EPOCH = "1700000000"
 @pytest.fixture(scope="module")
 def kill_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("kill") / "src"
-    make_tiny_tree(root, 150, seed=3)
+    make_tiny_tree(root, 100, seed=3)
     return root
 
 
@@ -78,7 +78,7 @@ def _phase(dst: Path) -> str:
     if not dst.exists():
         return "before DST existed"
     if (dst / "manifest.json").exists():
-        return "after the manifest" if (dst / ".shardkit").exists() else "finished"
+        return "after the manifest" if (dst / ".shardkit").exists() else "done, while exiting"
     done = list((dst / ".shardkit" / "done").glob("*.json")) if (dst / ".shardkit" / "done").is_dir() else []
     return "no shard finished" if not done else "some shards finished"
 
@@ -123,10 +123,7 @@ def test_kill9_then_resume_is_byte_identical(kill_tree: Path, references: dict, 
         assert survivors == 0, f"trial {trial}: {survivors} worker(s) outlived their killed parent"
         phase = "finished" if code == 0 else _phase(dst)
         phases[phase] += 1
-        if code != 0:
-            assert code == -signal.SIGKILL
-            if (dst / "manifest.json").exists():
-                assert (dst / ".shardkit").exists(), "a manifest without the journal means the run had finished"
+        assert code in (0, -signal.SIGKILL)
         if trial % 2 == 1 and code != 0:
             # a second kill, during the resume itself
             _kill_at(args + ["--resume"], rng.uniform(0.2, 0.8) * duration)
