@@ -6,18 +6,17 @@ import datetime
 import hashlib
 import json
 import os
-import re
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .errors import (ConversionError, ConversionInterrupted, DestinationExistsError, EmptySourceError,
+from .errors import (ConversionError, ConversionInterrupted, EmptySourceError,
                      ShardkitError, UsageError)
 from .formats import get_format
-from .journal import JOURNAL_DIR, Journal
-from .manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
+from .journal import Journal, claim_destination, remove_outputs, remove_stale_temps
+from .manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
 from .plan import ShardTask, make_tasks
 from .progress import Progress
 from .sink import ShardResult, SinkContext, describe_os_error, resume_hint, write_shard
@@ -139,7 +138,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
         return _report_for(finished, dst, started, reused=len(finished.shards))
     created_dst = not os.path.lexists(dst)
     try:
-        journal = _prepare_destination(dst, options)
+        journal = claim_destination(dst, overwrite=options.overwrite, resume=options.resume)
     except OSError as exc:
         if isinstance(exc, ShardkitError):
             raise
@@ -183,7 +182,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
         if created_dst:
             shutil.rmtree(dst, ignore_errors=True)
         else:
-            _remove_outputs(dst)
+            remove_outputs(dst)
         raise
     except OSError as exc:
         if isinstance(exc, ShardkitError):
@@ -225,79 +224,6 @@ def _already_complete(dst: str, fingerprint: str, options: ConvertOptions) -> Op
         journal.lock()
         journal.remove()
     return manifest
-
-
-_OWN_ENTRIES = {MANIFEST_NAME, SKIPPED_NAME, SHARDS_DIR, JOURNAL_DIR}
-#: Temporary names of atomic writes (integrity.atomic_write_bytes) and of shards being written (sink).
-_TEMP_NAME = re.compile(r"^\..+\.(tmp|tmp-\d+)$")
-
-
-def _prepare_destination(dst: str, options: ConvertOptions) -> Journal:
-    """Take DST's lock and refuse a non-empty DST without --overwrite or --resume.
-
-    The lock comes first, so a second `convert` into a DST that is being written is told so
-    (LockedError, exit 1) whatever its options.
-    """
-    path = Path(dst)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{dst}: exists and is not a directory", path=dst)
-    journal = Journal(dst)
-    if journal.lock_file_exists():
-        journal.lock()
-    try:
-        _check_destination(path, options, journal)
-        (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
-        if not journal.locked:
-            journal.lock()
-        if options.overwrite:
-            _remove_outputs(dst, keep_lock=True)
-            (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
-    except BaseException:
-        journal.unlock()
-        raise
-    return journal
-
-
-def _check_destination(path: Path, options: ConvertOptions, journal: Journal) -> None:
-    dst = str(path)
-    entries = sorted(os.listdir(dst)) if path.is_dir() else []
-    if entries and not (options.overwrite or options.resume):
-        raise DestinationExistsError(f"{dst}: is not empty; pass --overwrite to replace it or --resume to "
-                                     "continue an interrupted conversion", path=dst)
-    foreign = [name for name in entries if name not in _OWN_ENTRIES and not _TEMP_NAME.match(name)]
-    if foreign and options.overwrite:
-        raise DestinationExistsError(f"{dst}: holds files shardkit did not write ({', '.join(foreign[:3])}); "
-                                     "refusing to delete them — choose an empty DST", path=dst)
-    if entries and options.resume and not journal.exists():
-        if foreign or (path / MANIFEST_NAME).exists():
-            raise UsageError(f"{dst}: nothing to resume here (no unfinished conversion); "
-                             "use --overwrite to start over", path=dst)
-        # Killed before its plan was recorded: nothing can be finished, so start afresh.
-
-
-def remove_stale_temps(dst: str) -> None:
-    """Delete temporary files a killed or interrupted run left in DST, shards/ and the journal."""
-    for folder in (Path(dst), Path(dst) / SHARDS_DIR, Path(dst) / JOURNAL_DIR, Path(dst) / JOURNAL_DIR / "done"):
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        for name in names:
-            if _TEMP_NAME.match(name):
-                try:
-                    (folder / name).unlink()
-                except OSError:
-                    pass
-
-
-def _remove_outputs(dst: str, keep_lock: bool = False) -> None:
-    path = Path(dst)
-    for name in (MANIFEST_NAME, SKIPPED_NAME):
-        if (path / name).exists():
-            (path / name).unlink()
-    shutil.rmtree(path / SHARDS_DIR, ignore_errors=True)
-    if not keep_lock:
-        shutil.rmtree(path / JOURNAL_DIR, ignore_errors=True)
 
 
 def _start_or_resume(journal: Journal, fingerprint: str, options: ConvertOptions) -> str:

@@ -1,4 +1,5 @@
-"""DST/.shardkit: the conversion's lock, its plan record and one 'done' record per finished shard.
+"""DST/.shardkit: the conversion's lock, its plan record and one 'done' record per finished shard;
+and claiming DST for a conversion (lock first, then the emptiness rules), tidying it after.
 
 These make a killed conversion resumable: a shard with a done record and a file of the recorded
 size is finished; anything else is redone. The folder is removed once the manifest is written.
@@ -9,12 +10,14 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from .errors import LockedError
+from .errors import DestinationExistsError, LockedError, UsageError
 from .integrity import PathLike, atomic_write_json
+from .manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME
 
 JOURNAL_DIR = ".shardkit"
 
@@ -98,3 +101,78 @@ class Journal:
             pass
         self.unlock()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+# ---- DST as a whole: claiming it for a conversion, and tidying it -------------------------
+_OWN_ENTRIES = {MANIFEST_NAME, SKIPPED_NAME, SHARDS_DIR, JOURNAL_DIR}
+#: Temporary names of atomic writes (integrity.atomic_write_bytes) and of shards being written (sink).
+_TEMP_NAME = re.compile(r"^\..+\.(tmp|tmp-\d+)$")
+
+
+def claim_destination(dst: str, overwrite: bool, resume: bool) -> Journal:
+    """Take DST's lock and refuse a non-empty DST without overwrite or resume; the locked Journal.
+
+    The lock comes first, so a second `convert` into a DST that is being written is told so
+    (LockedError, exit 1) whatever its options.
+    """
+    path = Path(dst)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{dst}: exists and is not a directory", path=dst)
+    journal = Journal(dst)
+    if journal.lock_file_exists():
+        journal.lock()
+    try:
+        _check_destination(path, overwrite, resume, journal)
+        (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
+        if not journal.locked:
+            journal.lock()
+        if overwrite:
+            remove_outputs(dst, keep_lock=True)
+            (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
+    except BaseException:
+        journal.unlock()
+        raise
+    return journal
+
+
+def _check_destination(path: Path, overwrite: bool, resume: bool, journal: Journal) -> None:
+    dst = str(path)
+    entries = sorted(os.listdir(dst)) if path.is_dir() else []
+    if entries and not (overwrite or resume):
+        raise DestinationExistsError(f"{dst}: is not empty; pass --overwrite to replace it or --resume to "
+                                     "continue an interrupted conversion", path=dst)
+    foreign = [name for name in entries if name not in _OWN_ENTRIES and not _TEMP_NAME.match(name)]
+    if foreign and overwrite:
+        raise DestinationExistsError(f"{dst}: holds files shardkit did not write ({', '.join(foreign[:3])}); "
+                                     "refusing to delete them — choose an empty DST", path=dst)
+    if entries and resume and not journal.exists():
+        if foreign or (path / MANIFEST_NAME).exists():
+            raise UsageError(f"{dst}: nothing to resume here (no unfinished conversion); "
+                             "use --overwrite to start over", path=dst)
+        # Killed before its plan was recorded: nothing can be finished, so start afresh.
+
+
+def remove_stale_temps(dst: str) -> None:
+    """Delete temporary files a killed or interrupted run left in DST, shards/ and the journal."""
+    for folder in (Path(dst), Path(dst) / SHARDS_DIR, Path(dst) / JOURNAL_DIR, Path(dst) / JOURNAL_DIR / "done"):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if _TEMP_NAME.match(name):
+                try:
+                    (folder / name).unlink()
+                except OSError:
+                    pass
+
+
+def remove_outputs(dst: str, keep_lock: bool = False) -> None:
+    """Delete what a conversion writes in DST (and its journal unless keep_lock)."""
+    path = Path(dst)
+    for name in (MANIFEST_NAME, SKIPPED_NAME):
+        if (path / name).exists():
+            (path / name).unlink()
+    shutil.rmtree(path / SHARDS_DIR, ignore_errors=True)
+    if not keep_lock:
+        shutil.rmtree(path / JOURNAL_DIR, ignore_errors=True)
