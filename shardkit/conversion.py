@@ -19,7 +19,7 @@ from .journal import Journal, claim_destination, remove_outputs, remove_stale_te
 from .manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
 from .plan import ShardTask, make_tasks
 from .progress import Progress
-from .sink import ShardResult, SinkContext, describe_os_error, resume_hint, write_shard
+from .sink import ShardResult, SinkContext, explain_write_failure, write_shard
 from .sources import Skipped, open_source
 from .units import parse_part, parse_size
 
@@ -199,8 +199,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
 def _destination_failure(dst: str, exc: OSError) -> ConversionError:
     """A write outside any shard (DST itself, the journal, skipped.jsonl, the manifest) failed."""
     where = exc.filename if isinstance(exc.filename, str) else dst
-    return ConversionError(f"{where}: cannot write ({describe_os_error(exc)}); no manifest was written — "
-                           f"{resume_hint(exc)}", path=where)
+    return ConversionError(f"{where}: cannot write {explain_write_failure(exc, Path(where).parent)}", path=where)
 
 
 def _fingerprint(source_fp: str, options: ConvertOptions, schema: Any, ranges: List[Tuple[int, int]],

@@ -128,38 +128,63 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
 
 
 #: errno values that mean "no room": full disk, file size limit, quota.
-_NO_ROOM = {errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_NO_ROOM = (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
+#: Free bytes below which a failed write is put down to a full file system.
+NEARLY_FULL = 1 << 20
 
 
 def write_failure(final: Path, task: ShardTask, exc: BaseException) -> ConversionError:
     """The one-line error for a shard that could not be written, with what to do next."""
-    return ConversionError(f"{final}: cannot write shard {task.shard} ({describe_os_error(exc)}); "
-                           f"no manifest was written — {resume_hint(exc)}", path=str(final))
+    return ConversionError(f"{final}: cannot write shard {task.shard} {explain_write_failure(exc, final.parent)}",
+                           path=str(final))
 
 
-def describe_os_error(exc: BaseException) -> str:
-    """A short reason for a failed write: 'No space left on device' when that is what happened
-    (libraries bury it in long texts such as "errno = 28, error message = ..."), else the errno
-    text, else the first line of the message."""
+def explain_write_failure(exc: BaseException, folder: Path) -> str:
+    """'(reason); no manifest was written — what to do' for a failed write into folder.
+
+    Libraries often hide the errno (h5py buries "errno = 28" in a long text, LMDB says
+    "Input/output error", torch "unexpected pos"), so when the exception does not say,
+    the file system's free space and this process's file size limit are looked at.
+    """
+    code, why = _errno_in(exc), ""
+    if code is None:
+        code, why = _room_now(folder)
+    if code is None:
+        text = str(exc).strip()
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror and exc.errno is not None else \
+            f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+        return f"({reason}); no manifest was written — run the same command with --resume to finish"
+    return (f"({os.strerror(code)}{why}); no manifest was written — free some space (or raise the file size "
+            "limit), then run the same command with --resume to finish")
+
+
+def _errno_in(exc: BaseException) -> Optional[int]:
     text = str(exc)
-    for code in sorted(_NO_ROOM):
+    for code in _NO_ROOM:
         if (isinstance(exc, OSError) and exc.errno == code) or os.strerror(code) in text \
                 or f"errno = {code}," in text:
-            return os.strerror(code)
-    if isinstance(exc, OSError) and exc.strerror and exc.errno is not None:
-        return exc.strerror
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+            return code
+    return None
 
 
-def resume_hint(exc: BaseException) -> str:
-    """'free space and run ... --resume' when the failure looks like a full disk."""
-    codes = {exc.errno} if isinstance(exc, OSError) else set()
-    text = str(exc)
-    no_room = bool(codes & _NO_ROOM) or any(
-        os.strerror(code) in text or f"errno = {code}," in text for code in _NO_ROOM)
-    prefix = "free some space (or raise the file size limit), then " if no_room else ""
-    return f"{prefix}run the same command with --resume to finish"
+def _room_now(folder: Path) -> "tuple[Optional[int], str]":
+    """(ENOSPC, detail) if the file system is (nearly) full now, (EFBIG, detail) if this process
+    has a file size limit (ulimit -f), else (None, "")."""
+    try:
+        stat = os.statvfs(folder)
+        free = stat.f_bavail * stat.f_frsize
+        if free < NEARLY_FULL:
+            return errno.ENOSPC, f": {free} bytes free"
+    except OSError:
+        pass
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return None, ""
+    if soft != resource.RLIM_INFINITY:
+        return errno.EFBIG, f": the file size limit (ulimit -f) is {soft} bytes"
+    return None, ""
 
 
 def _unlink_quietly(path: Path) -> None:

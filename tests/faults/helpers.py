@@ -12,6 +12,15 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
+#: Samples per shard of the process tests (conftest's process_tree: 120 images -> 30 shards).
+SHARD = 4
+#: A fixed creation time, so every run of one plan is byte-identical, manifest included.
+EPOCH = {"SOURCE_DATE_EPOCH": "1700000000"}
+
+
+def convert_args(src: Path, dst: Path, fmt: str, workers: int = 1) -> List[object]:
+    """The command line every process test runs (and resumes)."""
+    return ["convert", src, dst, "--format", fmt, "--samples-per-shard", SHARD, "--workers", workers, "--quiet"]
 
 
 def cli_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:

@@ -149,30 +149,32 @@ def test_each_failure_names_its_file(name: str, fmt: str, tmp_path: Path) -> Non
     assert report.num_samples == 2 and report.skipped == 1
 
 
-def test_links_loops_and_special_files_in_one_run(fmt: str, tmp_path: Path) -> None:
-    """Scan-time failures (broken link, link loop, FIFO) are reported before any shard is written."""
+def test_scan_time_failure_stops_before_any_shard(tmp_path: Path) -> None:
+    """Scan-time failures (broken link, link loop, FIFO) are found before any shard is written,
+    whatever the format (none is opened)."""
     src = tmp_path / "src" / "cls"
     src.mkdir(parents=True)
     (src / "good.jpg").write_bytes(encode(np.random.default_rng(1), "JPEG"))
     os.symlink("missing.jpg", src / "broken.jpg")
-    result = run_cli("convert", src.parent, tmp_path / "dst", "--format", fmt, "--on-error", "fail", "-q")
+    result = run_cli("convert", src.parent, tmp_path / "dst", "--on-error", "fail", "-q")
     assert result.returncode == 1 and "cls/broken.jpg: broken symbolic link" in result.stderr
     assert_no_traceback(result)
+    assert list((tmp_path / "dst" / "shards").iterdir()) == []
 
 
-def test_empty_src_writes_nothing(fmt: str, tmp_path: Path) -> None:
+def test_empty_src_writes_nothing(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
-    result = run_cli("convert", tmp_path / "src", tmp_path / "dst", "--format", fmt, "-q")
+    result = run_cli("convert", tmp_path / "src", tmp_path / "dst", "-q")
     assert result.returncode == 1 and "no input to convert" in result.stderr
     assert_no_traceback(result)
     assert not (tmp_path / "dst").exists()
 
 
-def test_only_empty_class_folders(fmt: str, tmp_path: Path) -> None:
+def test_only_empty_class_folders(tmp_path: Path) -> None:
     for name in ("a", "b"):
         (tmp_path / "src" / name).mkdir(parents=True)
     with pytest.raises(EmptySourceError, match="no input"):
-        shardkit.convert(str(tmp_path / "src"), str(tmp_path / "dst"), format=fmt, quiet=True)
+        shardkit.convert(str(tmp_path / "src"), str(tmp_path / "dst"), quiet=True)
     assert not (tmp_path / "dst").exists()
 
 
@@ -194,13 +196,13 @@ def test_src_of_only_bad_files_leaves_no_dataset(fmt: str, tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("kind", ["file", "missing", "broken-link"])
-def test_src_that_is_not_a_folder(kind: str, fmt: str, tmp_path: Path) -> None:
+def test_src_that_is_not_a_folder(kind: str, tmp_path: Path) -> None:
     src = tmp_path / "src.jpg"
     if kind == "file":
         src.write_bytes(encode(np.random.default_rng(2), "JPEG"))
     elif kind == "broken-link":
         os.symlink("nowhere", src)
-    result = run_cli("convert", src, tmp_path / "dst", "--format", fmt, "-q")
+    result = run_cli("convert", src, tmp_path / "dst", "-q")
     assert result.returncode == 2, result.stderr
     assert_no_traceback(result)
     assert str(src) in error_lines(result)[0]

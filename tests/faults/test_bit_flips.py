@@ -31,7 +31,7 @@ METADATA_TRIALS = 30
 @pytest.fixture(scope="module")
 def flip_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("flips") / "src"
-    make_tiny_tree(root, 36, seed=13)
+    make_tiny_tree(root, 24, seed=13)
     return root
 
 
@@ -46,22 +46,48 @@ Region = Tuple[int, int, int, int]   # shard number, local index, start byte, st
 
 
 def payload_regions(dst: Path) -> Tuple[List[Region], Dict[int, Tuple[bytes, int]]]:
-    """Where each sample's payload lies in its shard file (found by its bytes), and the samples."""
+    """Where each sample's payload lives in its shard file, and the samples as stored.
+
+    A payload is found by its bytes. A format may also keep stale copies (LMDB's copy-on-write
+    pages): each copy is probed by flipping one of its bits and reading the sample again, and
+    the copy whose damage the reader sees is the live one.
+    """
     ds = shardkit.open_dataset(dst, decode=None)
+    samples = {index: (bytes(memoryview(ds[index][0])), ds[index][1]) for index in range(len(ds))}
+    HANDLES.close_all()
     regions: List[Region] = []
-    payloads: Dict[int, Tuple[bytes, int]] = {}
     for shard, path in enumerate(shard_paths(dst)):
         content = path.read_bytes()
         first = int(ds.shard_starts[shard])
         for local in range(int(ds.shard_starts[shard + 1]) - first):
-            payload, label = ds[first + local]
-            payload = bytes(memoryview(payload))
-            payloads[first + local] = (payload, label)
-            start = content.find(payload)
-            assert start >= 0 and content.find(payload, start + 1) < 0, "payload not stored verbatim once"
-            regions.append((shard, local, start, start + len(payload)))
-    HANDLES.close_all()
-    return regions, payloads
+            payload = samples[first + local][0]
+            copies = _find_all(content, payload)
+            assert copies, f"sample {first + local} is not stored verbatim"
+            if len(copies) > 1:
+                copies = [c for c in copies if _is_live(dst, path, c, first + local, payload)]
+            live = copies
+            assert len(live) == 1, f"sample {first + local}: {len(live)} live copies of {len(copies)}"
+            regions.append((shard, local, live[0], live[0] + len(payload)))
+    return regions, samples
+
+
+def _find_all(content: bytes, needle: bytes) -> List[int]:
+    found, start = [], content.find(needle)
+    while start >= 0:
+        found.append(start)
+        start = content.find(needle, start + 1)
+    return found
+
+
+def _is_live(dst: Path, path: Path, start: int, index: int, payload: bytes) -> bool:
+    offset = start + len(payload) // 2
+    flip_bit(path, offset, 0)
+    try:
+        ds = shardkit.open_dataset(dst, decode=None)
+        return bytes(memoryview(ds[index][0])) != payload
+    finally:
+        flip_bit(path, offset, 0)
+        HANDLES.close_all()
 
 
 def _outside(regions: List[Region], shard: int, offset: int) -> bool:

@@ -33,7 +33,7 @@ def _noise_png(side: int, seed: int) -> bytes:
 @pytest.fixture(scope="module")
 def tiny_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("full") / "tiny"
-    make_tiny_tree(root, 60, seed=9)
+    make_tiny_tree(root, 100, seed=9)
     return root
 
 
@@ -98,7 +98,7 @@ def test_file_size_limit_during_a_shard(tree_with_a_big_image: Path, fmt: str, t
 
 
 def test_file_size_limit_on_the_manifest(tiny_tree: Path, fmt: str, tmp_path: Path) -> None:
-    """Every shard fits, the manifest (one entry per shard, 60 shards) does not."""
+    """Every shard fits, the manifest (one entry per shard, 100 shards) does not."""
     expected = _reference(tiny_tree, tmp_path / "ref", fmt, 1)
     limit = len(expected["manifest.json"]) - 100
     assert max(len(data) for name, data in expected.items() if name != "manifest.json") < limit

@@ -7,44 +7,15 @@ byte like an uninterrupted run. A second convert into a DST being written is ref
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 from pathlib import Path
 from typing import List
 
 import pytest
 
-from .helpers import (assert_no_traceback, error_lines, make_tiny_tree, run_cli, start_cli, tree_bytes,
-                      wait_for)
+from .helpers import (EPOCH, SHARD, assert_no_traceback, convert_args, error_lines, run_cli, start_cli,
+                      tree_bytes, wait_for)
 from .test_kill_resume import session_processes
-
-EPOCH = {"SOURCE_DATE_EPOCH": "1700000000"}
-SHARD = 4
-
-
-@pytest.fixture(scope="module")
-def big_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("sigint") / "src"
-    make_tiny_tree(root, 240, seed=5)
-    return root
-
-
-@pytest.fixture(scope="module")
-def reference_cache(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return {"root": tmp_path_factory.mktemp("sigint-ref")}
-
-
-def _args(src: Path, dst: Path, fmt: str, workers: int) -> List[object]:
-    return ["convert", src, dst, "--format", fmt, "--samples-per-shard", SHARD, "--workers", workers, "--quiet"]
-
-
-def _reference(cache: dict, src: Path, fmt: str) -> dict:
-    if fmt not in cache:
-        dst = cache["root"] / fmt
-        result = run_cli(*_args(src, dst, fmt, 1), env_extra=EPOCH)
-        assert result.returncode == 0, result.stderr
-        cache[fmt] = tree_bytes(dst)
-    return cache[fmt]
 
 
 def _done(dst: Path) -> int:
@@ -74,12 +45,12 @@ def _workers_of(pid: int) -> List[int]:
 
 
 @pytest.mark.parametrize("workers, target", [(1, "group"), (2, "group"), (2, "stuck-worker")])
-def test_ctrl_c_exits_promptly_and_resume_finishes(big_tree: Path, reference_cache: dict, fmt: str,
+def test_ctrl_c_exits_promptly_and_resume_finishes(process_tree: Path, reference: tuple, fmt: str,
                                                    tmp_path: Path, workers: int, target: str) -> None:
-    expected = _reference(reference_cache, big_tree, fmt)
+    expected, _ = reference
     total = sum(1 for name in expected if name.startswith("shards/"))
     dst = tmp_path / "dst"
-    args = _args(big_tree, dst, fmt, workers)
+    args = convert_args(process_tree, dst, fmt, workers)
     proc = start_cli(*args, env_extra=EPOCH)
     try:
         assert wait_for(lambda: _done(dst) >= 2 or proc.poll() is not None, timeout=60)
@@ -111,11 +82,11 @@ def test_ctrl_c_exits_promptly_and_resume_finishes(big_tree: Path, reference_cac
     assert tree_bytes(dst) == expected
 
 
-def test_second_convert_into_a_running_dst_is_refused(big_tree: Path, reference_cache: dict, fmt: str,
+def test_second_convert_into_a_running_dst_is_refused(process_tree: Path, reference: tuple, fmt: str,
                                                       tmp_path: Path) -> None:
-    expected = _reference(reference_cache, big_tree, fmt)
+    expected, _ = reference
     dst = tmp_path / "dst"
-    args = _args(big_tree, dst, fmt, 1)
+    args = convert_args(process_tree, dst, fmt)
     first = start_cli(*args, env_extra=EPOCH)
     try:
         assert wait_for(lambda: _done(dst) >= 1 or first.poll() is not None, timeout=60)
@@ -137,28 +108,30 @@ def test_second_convert_into_a_running_dst_is_refused(big_tree: Path, reference_
     assert tree_bytes(dst) == expected, "the refused runs must not have touched the running one's output"
 
 
-def test_resume_with_other_options_is_refused(big_tree: Path, fmt: str, tmp_path: Path) -> None:
+def test_resume_with_other_options_is_refused(process_tree: Path, fmt: str, tmp_path: Path) -> None:
     dst = tmp_path / "dst"
-    args = _args(big_tree, dst, fmt, 1)
+    args = convert_args(process_tree, dst, fmt)
     proc = start_cli(*args)
     assert wait_for(lambda: _done(dst) >= 1 or proc.poll() is not None, timeout=60)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate()
     before = tree_bytes(dst)
-    result = run_cli("convert", big_tree, dst, "--format", fmt, "--samples-per-shard", SHARD + 1, "--resume", "-q")
+    result = run_cli("convert", process_tree, dst, "--format", fmt, "--samples-per-shard", SHARD + 1, "--resume", "-q")
     assert result.returncode == 2 and "differ from the interrupted run" in result.stderr
     assert_no_traceback(result)
     assert tree_bytes(dst) == before
 
 
-def test_kill_while_removing_the_journal(big_tree: Path, reference_cache: dict, fmt: str, tmp_path: Path) -> None:
+def test_kill_while_removing_the_journal(process_tree: Path, reference: tuple, fmt: str, tmp_path: Path) -> None:
     """A kill after manifest.json was written, while .shardkit/ was being deleted, leaves a
     complete dataset plus a journal remnant without its plan: --resume tidies it and is done."""
-    expected = _reference(reference_cache, big_tree, fmt)
+    expected, _ = reference
     dst = tmp_path / "dst"
-    shutil.copytree(reference_cache["root"] / fmt, dst)
+    for name, content in expected.items():
+        (dst / name).parent.mkdir(parents=True, exist_ok=True)
+        (dst / name).write_bytes(content)
     (dst / ".shardkit" / "done").mkdir(parents=True)
     (dst / ".shardkit" / "lock").touch()
-    result = run_cli(*_args(big_tree, dst, fmt, 1), "--resume", env_extra=EPOCH)
+    result = run_cli(*convert_args(process_tree, dst, fmt), "--resume", env_extra=EPOCH)
     assert result.returncode == 0, result.stderr
     assert tree_bytes(dst) == expected and not (dst / ".shardkit").exists()
