@@ -122,6 +122,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
     options.validate()
     started = time.monotonic()
     src, dst = os.fspath(src), os.fspath(dst)
+    Journal(dst).check_unlocked()
     source = open_source(src, options)
     fmt = get_format(options.format)
     schema = dataclasses.replace(source.schema, compression=options.compression,

@@ -46,6 +46,13 @@ class Journal:
         """Whether a conversion ever took the lock here (it may still hold it)."""
         return (self.root / "lock").is_file()
 
+    def check_unlocked(self) -> None:
+        """Raise LockedError now if another conversion holds the lock, before any slow work
+        (scanning a large SRC); the lock itself is taken later, in claim_destination."""
+        if self.lock_file_exists():
+            self.lock()
+            self.unlock()
+
     def lock(self) -> None:
         """Take DST's exclusive lock, or raise LockedError if another conversion holds it."""
         self.done_dir.mkdir(parents=True, exist_ok=True)

@@ -4,12 +4,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
 #: Samples per shard of the process tests (conftest's process_tree: 120 images -> 30 shards).
@@ -74,13 +73,9 @@ def flip_bit(path: Path, offset: int, bit: int) -> None:
         os.fsync(handle.fileno())
 
 
-def manifest_of(dst: Path) -> dict:
-    return json.loads((dst / "manifest.json").read_text())
-
-
 def shard_paths(dst: Path) -> List[Path]:
     """Shard files listed in DST's manifest, in order."""
-    return [dst / entry["path"] for entry in manifest_of(dst)["shards"]]
+    return [dst / entry["path"] for entry in json.loads((dst / "manifest.json").read_text())["shards"]]
 
 
 def tree_bytes(dst: Path, skip: Sequence[str] = ()) -> Dict[str, bytes]:
@@ -95,12 +90,6 @@ def tree_bytes(dst: Path, skip: Sequence[str] = ()) -> Dict[str, bytes]:
     return found
 
 
-def file_identity(path: Path) -> Tuple[int, int, int]:
-    """(inode, mtime_ns, ctime_ns): changes whenever a file is rewritten or replaced."""
-    stat = path.stat()
-    return stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns
-
-
 def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.005) -> bool:
     """Poll predicate until it holds or timeout seconds pass."""
     deadline = time.monotonic() + timeout
@@ -111,8 +100,8 @@ def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.
     return predicate()
 
 
-def children_of(pid: int) -> List[int]:
-    """Process ids whose parent is pid (Linux /proc)."""
+def session_processes(sid: int) -> List[int]:
+    """Every live process of a session (the command and all its workers and helpers)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -121,27 +110,9 @@ def children_of(pid: int) -> List[int]:
                     fields = handle.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid:
+            if int(fields[3]) == sid and fields[0] != "Z":
                 found.append(int(entry))
     return found
-
-
-def alive(pid: int) -> bool:
-    """Whether pid still runs (a zombie counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    """Clean-up: SIGKILL a test-started process's whole session, then reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.communicate()
 
 
 def make_tiny_tree(root: Path, count: int, seed: int = 0, classes: int = 3) -> List[str]:

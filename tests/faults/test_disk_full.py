@@ -78,6 +78,7 @@ def _check_failed_cleanly(result: subprocess.CompletedProcess, dst: Path, words:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_file_size_limit_during_a_shard(tree_with_a_big_image: Path, fmt: str, tmp_path: Path, workers: int) -> None:
+    """With workers, the failing worker's error stops the others, and their temporary files go."""
     expected = _reference(tree_with_a_big_image, tmp_path / "ref", fmt, 6)
     sizes = {name: len(data) for name, data in expected.items() if name.startswith("shards/")}
     big = max(sizes, key=sizes.get)

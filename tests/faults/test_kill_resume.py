@@ -18,25 +18,10 @@ from typing import Dict, List, Tuple
 import numpy as np
 import pytest
 
-from .helpers import EPOCH, convert_args, run_cli, start_cli, tree_bytes, wait_for
+from .helpers import EPOCH, convert_args, run_cli, session_processes, start_cli, tree_bytes, wait_for
 
 #: (workers, trials) per format: 7 kills per format, 21 over the three formats.
 TRIALS = [(1, 5), (2, 2)]
-
-
-def session_processes(sid: int) -> List[int]:
-    """Every live process of a session (the command and all its workers and helpers)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid and fields[0] != "Z":
-                found.append(int(entry))
-    return found
 
 
 def _phase(dst: Path) -> str:
