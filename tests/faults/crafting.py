@@ -3,30 +3,25 @@ format's documented layout, and manifests resealed to match them.
 
 A crafter takes a valid shard file and a case name and rewrites the file in place so that it
 still looks like a shard of its format but lies about its offsets, lengths, counts, types or
-version. Formats without a crafter here are covered by the generic cases only.
+version, or carries a pickle that would run code. Crafters for formats that are not registered
+are simply unused; a registered format without one is covered by the generic cases only.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
-#: case -> what the reader's error message must mention (regex, case-insensitive)
-CASES = {
-    "negative_offset": "offset|negative",
-    "overlapping_offsets": "offset|overlap|decreas",
-    "offset_past_end": "offset|end|past|data",
-    "huge_length": "claims|bytes|stor|offset|length",
-    "huge_count": "claims|rows|count|bytes|stor",
-    "count_mismatch": "rows|count|expected",
-    "wrong_dtype": "type|dtype|uint8",
-    "object_labels": "type|dtype|label",
-    "missing_table": "no dataset|missing|crc",
-    "newer_version": "newer",
-}
+#: Every crafted case. A crafter returns the pattern (regex, case-insensitive) the reader's error
+#: must match, or None when the case cannot be expressed in its format's layout.
+CASES = ("negative_offset", "overlapping_offsets", "offset_past_end", "huge_length", "huge_count",
+         "count_mismatch", "wrong_dtype", "object_labels", "missing_table", "newer_version", "pickled_code")
+
+#: File whose existence would prove that reading a shard ran code planted in it.
+PWNED = Path("/tmp/shardkit-crafted-shard-ran-code")
 
 #: Claimed sizes far past any machine's memory: allocating them would fail loudly.
 HUGE = 1 << 44
@@ -38,9 +33,16 @@ def _rewrite_h5(path: Path, change: Callable[..., None]) -> None:
         change(handle, h5py)
 
 
-def craft_hdf5(path: Path, case: str) -> None:
+def craft_hdf5(path: Path, case: str) -> Optional[str]:
     """formats/hdf5.md: /data uint8 (packed payloads), /offsets int64 (N+1), /labels int64 (N),
     /crc32 uint32 (N), attrs format_version."""
+    expected = {"negative_offset": "offset", "overlapping_offsets": "overlap", "offset_past_end": "offsets end",
+                "huge_length": "claims", "huge_count": "claims", "count_mismatch": "rows",
+                "wrong_dtype": "type", "object_labels": "type", "missing_table": "no dataset /crc32",
+                "newer_version": "newer"}
+    if case not in expected:
+        return None
+
     def replace(handle, name: str, data=None, **kwargs) -> None:
         del handle[name]
         handle.create_dataset(name, data=data, **kwargs)
@@ -85,9 +87,126 @@ def craft_hdf5(path: Path, case: str) -> None:
             raise KeyError(case)
 
     _rewrite_h5(path, change)
+    return expected[case]
 
 
-CRAFTERS: Dict[str, Callable[[Path, str], None]] = {"hdf5": craft_hdf5}
+def craft_lmdb(path: Path, case: str) -> Optional[str]:
+    """formats/lmdb.md: keys i.to_bytes(8, "big") -> 32-byte header "<2sBBIqQQ" (magic, version,
+    flags, crc32, label, raw length, stored length) + payload; b"__labels__" (int64 LE x N);
+    b"__meta__" (JSON: format_version, layout, dtype, shape, compression, num_samples)."""
+    import json as _json
+    import struct
+
+    import lmdb
+    header = struct.Struct("<2sBBIqQQ")
+    env = lmdb.open(str(path), subdir=False, lock=False, map_size=64 << 20)
+    try:
+        with env.begin(write=True) as txn:
+            count = _json.loads(bytes(txn.get(b"__meta__")))["num_samples"]
+
+            def record(index: int, **fields: int) -> None:
+                value = bytes(txn.get(index.to_bytes(8, "big")))
+                parts = dict(zip(("magic", "version", "flags", "crc", "label", "raw", "stored"),
+                                 header.unpack_from(value)))
+                parts.update(fields)
+                txn.put(index.to_bytes(8, "big"), header.pack(*parts.values()) + value[header.size:])
+
+            def meta(**fields: object) -> None:
+                data = _json.loads(bytes(txn.get(b"__meta__")))
+                data.update(fields)
+                txn.put(b"__meta__", _json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
+
+            if case == "negative_offset":
+                record(1, stored=(1 << 64) - 8)          # -8 as the unsigned field holds it
+                return "header does not match"
+            if case == "offset_past_end":
+                record(1, stored=len(txn.get((1).to_bytes(8, "big"))) + 4096)
+                return "header does not match"
+            if case == "huge_length":
+                record(1, flags=1, raw=HUGE)
+                return "cannot hold"
+            if case == "huge_count":
+                meta(num_samples=HUGE)
+                return "entries for"
+            if case == "count_mismatch":
+                txn.delete((count - 1).to_bytes(8, "big"))
+                return "entries for"
+            if case == "wrong_dtype":
+                meta(layout="array", dtype="float64", shape=[3])
+                return "metadata layout"
+            if case == "object_labels":
+                txn.put(b"__labels__", _json.dumps([str(i) for i in range(count)]).encode())
+                return "label table"
+            if case == "missing_table":
+                txn.delete(b"__labels__")
+                return "entries for"
+            if case == "newer_version":
+                meta(format_version=99)
+                return "format version 99"
+            return None
+    finally:
+        env.sync(True)
+        env.close()
+
+
+class _RunsCode:
+    """Unpickling this would create PWNED: a pickle that runs code, as an attacker plants it."""
+
+    def __reduce__(self):  # noqa: ANN204 - pickle protocol
+        return (open, (str(PWNED), "w"))
+
+
+def craft_pt(path: Path, case: str) -> Optional[str]:
+    """formats/pt.md: a torch.save dict with shardkit_format, format_version, layout, dtype, shape,
+    compression, num_samples and tensors data (uint8), offsets (int64, N+1), raw_lengths, labels
+    and crc32 (int64, N)."""
+    import torch
+    shard = torch.load(path, map_location="cpu", weights_only=True)
+    offsets = shard["offsets"].clone()
+    if case == "negative_offset":
+        offsets[1] = -8
+        expected = "offsets"
+    elif case == "overlapping_offsets":
+        offsets[1] = offsets[2] + 5
+        expected = "offsets"
+    elif case == "offset_past_end":
+        offsets[-1] = len(shard["data"]) + 4096
+        expected = "offsets"
+    elif case == "huge_length":
+        shard["raw_lengths"] = shard["raw_lengths"].clone()
+        shard["raw_lengths"][0] = HUGE
+        expected = "raw lengths differ"
+    elif case == "huge_count":
+        shard["num_samples"] = HUGE
+        expected = "lengths do not match"
+    elif case == "count_mismatch":
+        shard["crc32"] = shard["crc32"][:-1].clone()
+        expected = "lengths do not match"
+    elif case == "wrong_dtype":
+        shard["data"] = shard["data"].to(torch.float64)
+        expected = "data is not"
+    elif case == "object_labels":
+        shard["labels"] = [str(v) for v in shard["labels"].tolist()]
+        expected = "labels is not"
+    elif case == "missing_table":
+        del shard["crc32"]
+        expected = "crc32"
+    elif case == "newer_version":
+        shard["format_version"] = 99
+        expected = "format version 99"
+    elif case == "pickled_code":
+        shard["shardkit_format"] = _RunsCode()
+        expected = "not a readable .pt shard"
+    else:
+        return None
+    shard["offsets"] = offsets
+    with open(path, "wb") as handle:
+        torch.save(shard, handle)
+    return expected
+
+
+CRAFTERS: Dict[str, Callable[[Path, str], Optional[str]]] = {
+    "hdf5": craft_hdf5, "lmdb": craft_lmdb, "pt": craft_pt}
 
 
 def reseal(dst: Path) -> None:

@@ -17,6 +17,8 @@ from typing import Dict, List
 import numpy as np
 import pytest
 
+from shardkit.formats import format_names
+
 from .helpers import assert_no_traceback, error_lines, make_tiny_tree, run_cli, tree_bytes
 
 EPOCH = {"SOURCE_DATE_EPOCH": "1700000000"}
@@ -76,9 +78,10 @@ def _check_failed_cleanly(result: subprocess.CompletedProcess, dst: Path, words:
     return line
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("fmt, workers", [(name, 1) for name in format_names()] + [(format_names()[0], 2)])
 def test_file_size_limit_during_a_shard(tree_with_a_big_image: Path, fmt: str, tmp_path: Path, workers: int) -> None:
-    """With workers, the failing worker's error stops the others, and their temporary files go."""
+    """Every format in one process; with workers (stopping the others when one fails, removing
+    their temporary files: no format code involved) for one format."""
     expected = _reference(tree_with_a_big_image, tmp_path / "ref", fmt, 6)
     sizes = {name: len(data) for name, data in expected.items() if name.startswith("shards/")}
     big = max(sizes, key=sizes.get)
