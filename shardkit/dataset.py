@@ -1,6 +1,7 @@
 """The read side: a torch Dataset over a shardkit DST, for any registered format."""
 from __future__ import annotations
 
+import bisect
 import os
 from typing import Any, Callable, Dict, List, Optional
 
@@ -56,6 +57,7 @@ class ShardDataset(torch.utils.data.Dataset):
         #: shard_starts[k] is the global index of shard k's first sample; the last entry is len(self).
         self.shard_starts = np.zeros(len(shards) + 1, dtype=np.int64)
         np.cumsum(self._counts, out=self.shard_starts[1:])
+        self._starts: List[int] = self.shard_starts.tolist()   # one per shard; bisect on a list is fast
         self._length = int(self.shard_starts[-1])
 
     # ---- metadata ----------------------------------------------------------------
@@ -84,8 +86,8 @@ class ShardDataset(torch.utils.data.Dataset):
             index += self._length
         if not 0 <= index < self._length:
             raise IndexError(f"index {index} out of range for dataset of {self._length} samples")
-        shard = int(np.searchsorted(self.shard_starts, index, side="right")) - 1
-        return shard, index - int(self.shard_starts[shard])
+        shard = bisect.bisect_right(self._starts, index) - 1
+        return shard, index - self._starts[shard]
 
     def reader(self, shard: int) -> ShardReader:
         """The open reader of a shard (opened in this process on first use)."""
