@@ -31,7 +31,9 @@ def _stored_bytes(payload: Payload) -> bytes:
     DataLoader workers pickle every sample; a numpy view costs several times more there
     (benchmarks/read_throughput.py) than the one copy made here.
     """
-    return payload if type(payload) is bytes else memoryview(payload).tobytes()
+    if type(payload) is bytes:
+        return payload
+    return payload.tobytes() if isinstance(payload, np.ndarray) else memoryview(payload).tobytes()
 
 
 def _pil_to_numpy(image: Any) -> np.ndarray:

@@ -226,15 +226,18 @@ class HDF5Reader(ShardReader):
             payload = self._flat[begin:begin + self._row_bytes].view(self._dtype).reshape(self._schema.shape)
         else:
             begin, end = self._offsets[index:index + 2].tolist()
-            payload = self._mapped_bytes(begin, end)
+            first = begin // self._chunk_bytes
+            if self._run[first] == self._run[max(begin, end - 1) // self._chunk_bytes]:
+                shift = self._shift[first]          # one run of back-to-back chunks: a view
+                payload = self._flat[shift + begin:shift + end]
+            else:
+                payload = self._pieces(begin, end)
         return Encoded(payload, int(self._labels[index]), int(self._crcs[index]))
 
-    def _mapped_bytes(self, begin: int, end: int) -> np.ndarray:
-        """Logical bytes [begin, end) of the packed stream from the mmap (a view when one run holds them)."""
+    def _pieces(self, begin: int, end: int) -> np.ndarray:
+        """Logical bytes [begin, end) of the packed stream, copied from chunks not back to back."""
         size = self._chunk_bytes
         first, last = begin // size, max(begin, end - 1) // size
-        if self._run[first] == self._run[last]:
-            return self._flat[self._shift[first] + begin:self._shift[first] + end]
         pieces = []
         for chunk in range(first, last + 1):
             low, high = max(begin, chunk * size), min(end, (chunk + 1) * size)
