@@ -144,3 +144,13 @@ def test_api_rejects_bad_arguments(tiny: Path) -> None:
         with pytest.raises(UsageError):
             bench(str(tiny), **kwargs)
     assert parse_worker_counts("0, 1,4") == [0, 1, 4]
+
+
+def test_docs_section_python_runs(tiny: Path) -> None:
+    import re
+    page = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    section = page.split("## shardkit bench", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/cli.md", "exec"), {"DST": str(tiny)})
