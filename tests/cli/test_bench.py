@@ -139,6 +139,15 @@ def test_damaged_shard_exits_1_naming_it(tiny: Path, tmp_path: Path) -> None:
         bench(str(copy), num_workers=(0,), seconds=0.1)
 
 
+def test_stray_file_does_not_block(tiny: Path, tmp_path: Path) -> None:
+    import shutil
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny, copy)
+    (copy / "shards" / "notes.txt").write_text("not a shard")
+    result = run(copy, "--num-workers", "0", "--seconds", "0.05", "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["num_samples"] == 40
+
+
 def test_api_rejects_bad_arguments(tiny: Path) -> None:
     for kwargs in ({"num_workers": ()}, {"num_workers": (-1,)}, {"batch_size": 0}, {"seconds": 0}):
         with pytest.raises(UsageError):
