@@ -16,7 +16,9 @@ median of the per-repeat ratios, so machine noise hits every contender alike. Co
 `echo 3 > /proc/sys/vm/drop_caches` before each contender's first epoch on a fresh DataLoader
 (needs root; skipped with a note otherwise).
 
-    PYTHONPATH=. python benchmarks/read_throughput.py --images 3000 --repeats 5
+    PYTHONPATH=. python benchmarks/read_throughput.py --images 3000 --repeats 15 --cold-repeats 2
+
+Results and the machine they came from: docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -334,6 +336,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="where the tree, the datasets and the floor file are kept between runs")
     parser.add_argument("--json", dest="json_out", default=None, help="also write every epoch's numbers here")
     args = parser.parse_args(argv)
+    for name in ("images", "repeats", "epochs", "batch_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.cold_repeats < 0 or args.num_workers < 0:
+        parser.error("--cold-repeats and --num-workers must be 0 or more")
     formats = [name.strip() for name in args.formats.split(",") if name.strip()]
     unknown = sorted(set(formats) - set(format_names()))
     if unknown:
@@ -347,7 +354,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     warm, cold = summarize(out["results"], "warm"), summarize(out["results"], "cold")
     mean_kb = os.path.getsize(floor) / len(paths) / 1e3
     print(f"{len(paths)} JPEGs (mean {mean_kb:.0f} KB), batch_size={args.batch_size}, "
-          f"num_workers={args.num_workers}, persistent_workers=True, {os.cpu_count()} CPUs; "
+          f"num_workers={args.num_workers}, persistent_workers={args.num_workers > 0}, {os.cpu_count()} CPUs; "
           f"warm: median of {args.repeats} repeats of {args.epochs} epoch(s); "
           f"cold: {args.cold_repeats} first epoch(s) after drop_caches")
     print(f"1-minute load average {load_before[0]:.1f} before, {load_after[0]:.1f} after")
