@@ -85,20 +85,25 @@ class Chunk:
         return self.first_line + (index if self.starts is None else self.starts[index])
 
 
-def split_records(text: str, delimiter: str, final: bool) -> Tuple[Optional[List[str]], Optional[List[Optional[List[str]]]],
-                                                                      Optional[List[int]], int, Dict[int, str]]:
+Rows = List[Optional[List[str]]]
+
+
+def split_records(text: str, delimiter: str,
+                  final: bool) -> Tuple[Optional[List[str]], Optional[Rows], Optional[List[int]], int, Dict[int, str]]:
     """Records of complete lines: (plain lines or None, parsed rows or None, start line indexes,
     lines consumed, errors). Exactly one of the first two is set.
 
     Lines consumed is less than the lines given when the last record continues past them
     (a quoted newline) and the text is not the end of the file (final=False).
     """
-    if "\r" in text:
-        text = text.replace("\r\n", "\n")
+    plain = QUOTE not in text
+    if plain and "\r" in text:
+        text = text.replace("\r\n", "\n")           # CR inside quoted fields is data: only plain text
+        plain = "\r" not in text
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
-    if QUOTE not in text and "\r" not in text:
+    if plain:
         if "" in lines:
             starts = [index for index, line in enumerate(lines) if line]
             return [lines[index] for index in starts], None, starts, len(lines), {}
@@ -107,8 +112,7 @@ def split_records(text: str, delimiter: str, final: bool) -> Tuple[Optional[List
     return None, rows, starts, consumed, errors
 
 
-def _split_quoted(lines: List[str], delimiter: str, final: bool) -> Tuple[List[Optional[List[str]]], List[int],
-                                                                           int, Dict[int, str]]:
+def _split_quoted(lines: List[str], delimiter: str, final: bool) -> Tuple[Rows, List[int], int, Dict[int, str]]:
     count = len(lines)
     feed = [line + "\n" for line in lines]
     feed.append(_SENTINEL)
@@ -271,17 +275,22 @@ def read_head(path: str, delimiter: Optional[str]) -> Head:
     start = len(BOM) if data.startswith(BOM) else 0
     if not data[start:].strip():
         raise FileProblem("empty file (no header line)", 1)
+    first_end = data.find(b"\n")
+    first_end = len(data) if first_end < 0 else first_end
+    try:
+        data[start:first_end].decode("utf-8")
+        header_text = True
+    except UnicodeDecodeError:
+        header_text = False
     nul = data.find(b"\x00")
-    if nul >= 0:
-        raise FileProblem("binary content (a NUL byte), not a CSV text file", data.count(b"\n", 0, nul) + 1)
+    if nul >= 0 and (nul < first_end or not header_text):
+        raise FileProblem("binary content (NUL bytes), not a CSV text file", data.count(b"\n", 0, nul) + 1)
+    if not header_text:
+        raise FileProblem("not UTF-8 text (binary, or another encoding)", 1)
     if b"\n" not in data and b"\r" in data:
         raise FileProblem("lines end with CR only (old Mac style); convert it to LF or CRLF line endings", 1)
     cut = len(data) if b"\n" not in data else data.rfind(b"\n") + 1
-    try:
-        text = data[start:cut].decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, start + exc.start) + 1
-        raise FileProblem("not UTF-8 text (binary, or another encoding)", line) from None
+    text = data[start:cut].decode("utf-8", "surrogateescape")
     if delimiter is None:
         delimiter = sniff_delimiter(text)
     lines, rows, starts, consumed, errors = split_records(text, delimiter, final=len(data) < HEAD_BYTES)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import itertools
 import json
 import os
 import warnings
@@ -83,7 +82,7 @@ class CsvTableSource(Source):
         self._first_rows = [item.first_row for item in files]
         self._summary = summary
         self._skipped = skipped
-        self._resume: Optional[Tuple[int, int, Iterator[Tuple[Chunk, int]]]] = None
+        self._resume: Optional[Tuple[int, int, Optional[Tuple[Chunk, int]], Iterator[Tuple[Chunk, int]]]] = None
         self._fast = True
 
     # ---- scanning -------------------------------------------------------------------
@@ -126,6 +125,9 @@ class CsvTableSource(Source):
             raise EmptySourceError(f"{where}: header only, no data rows" if len(files) == 1 else
                                    f"{where}: the {len(files)} CSV files hold no data rows (header only)", path=src)
         codec = TabularCodec(columns, dtype, label)
+        for item in files:                    # fields in the codec's order: features, then text columns
+            position = {name: index for index, name in enumerate(item.head.header)}
+            item.indices = [position[column.name] for column in codec.columns]
         summary = {"csv_files": found, "files_read": len(files), "files_skipped": len(skipped),
                    "files_without_rows": sum(1 for item in files if item.rows == 0), "rows": total,
                    "file_bytes": sum(item.size for item in files), "sample_rows": sampled,
@@ -181,12 +183,15 @@ class CsvTableSource(Source):
             position = end
 
     # ---- streaming rows -----------------------------------------------------------------
-    def _chunks_from(self, index: int, local: int) -> Iterator[Tuple[Chunk, int]]:
-        """(chunk, row of its first record) from the chunk holding row `local` of file `index` on."""
+    def _chunks_from(self, index: int, local: int) -> Tuple[Optional[Tuple[Chunk, int]], Iterator[Tuple[Chunk, int]]]:
+        """(a chunk left over by the previous range or None, the (chunk, row of its first record) stream)
+        from the chunk holding row `local` of file `index` on. A range that starts where the previous
+        one stopped continues the same stream (no seek; a .gz file is not decompressed again)."""
         if self._resume is not None and self._resume[:2] == (index, local):
-            iterator = self._resume[2]
+            _, _, pending, stream = self._resume
             self._resume = None
-            return iterator
+            return pending, stream
+        self._resume = None
         item = self.files[index]
         try:
             stat = os.stat(item.path)
@@ -196,21 +201,27 @@ class CsvTableSource(Source):
             raise SourceError(f"{item.name}: changed since it was scanned; convert again", path=item.path)
         position = int(np.searchsorted(item.checkpoints[:, 0], local, side="right")) - 1
         row, offset, line = (int(value) for value in item.checkpoints[position])
-        return _stream(item, offset, line, row, self.delimiter)
+        return None, _stream(item, offset, line, row, self.delimiter)
 
     def _encode_file(self, index: int, local: int, count: int) -> Iterator[Outcome]:
         item = self.files[index]
         stop = local + count
-        chunks = self._chunks_from(index, local)
-        for chunk, first in chunks:
+        pending, stream = self._chunks_from(index, local)
+        while True:
+            if pending is not None:
+                (chunk, first), pending = pending, None
+            else:
+                try:
+                    chunk, first = next(stream)
+                except StopIteration:
+                    break
             size = len(chunk)
             if first + size <= local:
                 continue
             begin, end = max(local, first) - first, min(stop, first + size) - first
             yield from self._encode_chunk(item, chunk, begin, end)
             if first + end >= stop:
-                rest = itertools.chain([(chunk, first)], chunks) if end < size else chunks
-                self._resume = (index, stop, rest)
+                self._resume = (index, stop, (chunk, first) if end < size else None, stream)
                 return
         raise SourceError(f"{item.name}: holds fewer rows than when it was scanned (changed during the "
                           "conversion?)", path=item.path)
