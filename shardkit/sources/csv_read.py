@@ -112,10 +112,28 @@ def split_records(text: str, delimiter: str,
     return None, rows, starts, consumed, errors
 
 
-def _split_quoted(lines: List[str], delimiter: str, final: bool) -> Tuple[Rows, List[int], int, Dict[int, str]]:
+SplitResult = Tuple[Rows, Optional[List[int]], int, Dict[int, str]]
+
+
+def _split_quoted(lines: List[str], delimiter: str, final: bool) -> SplitResult:
     count = len(lines)
     feed = [line + "\n" for line in lines]
     feed.append(_SENTINEL)
+    reader = csv.reader(feed, delimiter=delimiter, quotechar=QUOTE, doublequote=True, strict=False)
+    try:
+        rows: Rows = list(reader)             # the common case at C speed: every record complete and good
+    except csv.Error:
+        rows = []
+    if rows and rows[-1] == ["x"] and reader.line_num == count + 1 and [] not in rows:
+        rows.pop()
+        if len(rows) == count:
+            return rows, None, count, {}
+    return _split_quoted_slowly(feed, count, delimiter, final)
+
+
+def _split_quoted_slowly(feed: List[str], count: int, delimiter: str,
+                         final: bool) -> Tuple[Rows, List[int], int, Dict[int, str]]:
+    """Record by record, with each record's first line; finds bad and unfinished records."""
     reader = csv.reader(feed, delimiter=delimiter, quotechar=QUOTE, doublequote=True, strict=False)
     rows: List[Optional[List[str]]] = []
     starts: List[int] = []
