@@ -50,6 +50,7 @@ class BenchReport:
     bytes_per_sample: float
     decode: bool
     collate: str
+    reads: str
     batch_size: int
     seconds: float
     cpus: int
@@ -93,10 +94,10 @@ def bench(dst: "str | os.PathLike[str]", num_workers: Sequence[int] = (0, 1, 2, 
     if not seconds > 0:
         raise UsageError(f"seconds must be positive, not {seconds}")
     dst = os.fspath(dst)
-    dataset, stacked = _open(dst, decode)
+    dataset, stacked, reads = _open(dst, decode)
     report = BenchReport(dst=dst, format=dataset.manifest.format_name, num_samples=len(dataset),
                          bytes_per_sample=dataset.manifest.total_bytes / max(1, len(dataset)), decode=decode,
-                         collate="stack" if stacked else "list", batch_size=batch_size, seconds=seconds,
+                         collate="stack" if stacked else "list", reads=reads, batch_size=batch_size, seconds=seconds,
                          cpus=_cpus())
     for count in counts:
         result = _measure(dataset, count, batch_size, stacked, seconds, report.bytes_per_sample, quiet)
@@ -107,8 +108,8 @@ def bench(dst: "str | os.PathLike[str]", num_workers: Sequence[int] = (0, 1, 2, 
     return report
 
 
-def _open(dst: str, decode: bool) -> "tuple[Any, bool]":
-    """The dataset to time, and whether its batches stack into tensors (else they are lists)."""
+def _open(dst: str, decode: bool) -> "tuple[Any, bool, str]":
+    """The dataset to time, whether its batches stack into tensors (else lists), and what a sample is."""
     from .dataset import open_dataset
     from .manifest import load_manifest
     from .verification import verify
@@ -122,10 +123,13 @@ def _open(dst: str, decode: bool) -> "tuple[Any, bool]":
     if not manifest.num_samples:
         raise UsageError(f"{dst}: holds no samples to read", path=dst)
     if not decode:
-        return open_dataset(dst, decode=None), schema.is_array
+        if schema.is_array:
+            return open_dataset(dst, decode=None), True, "stored arrays, stacked"
+        return open_dataset(dst, decode=None), False, "stored bytes, as lists"
     if schema.kind == "image" and not schema.is_array:
-        return open_dataset(dst, decode="pil", transform=ResizeToTensor(DECODE_SIDE)), True
-    return open_dataset(dst, decode="tensor"), True
+        return (open_dataset(dst, decode="pil", transform=ResizeToTensor(DECODE_SIDE)), True,
+                f"decoded to 3x{DECODE_SIDE}x{DECODE_SIDE} uint8 tensors, stacked")
+    return open_dataset(dst, decode="tensor"), True, "decoded to tensors, stacked"
 
 
 class ResizeToTensor:
@@ -173,14 +177,16 @@ def _measure(dataset: Any, workers: int, batch_size: int, stacked: bool, seconds
     samples = batches = 0
     started = time.perf_counter()
     first = last = 0.0
-    with Progress(None, f"bench num_workers={workers}", quiet=quiet) as bar:  # type: ignore[arg-type]
-        with warnings.catch_warnings():
-            # torch warns when workers outnumber CPUs; the report says so itself.
-            warnings.filterwarnings("ignore", message=".*worker processes in total.*", category=UserWarning)
-            loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler,
-                                                 num_workers=workers, collate_fn=None if stacked else sample_list,
-                                                 worker_init_fn=worker_init_fn if workers else None)
-            iterator = iter(loader)
+    unknown_total: Any = None       # the run lasts `seconds`, however many samples that is
+    with Progress(unknown_total, f"bench num_workers={workers}", quiet=quiet) as bar, warnings.catch_warnings():
+        # torch warns when workers outnumber CPUs (the report says so itself) and when it wraps
+        # a read-only array (a zero-copy sample) in a tensor; workers inherit these filters.
+        warnings.filterwarnings("ignore", message=".*worker processes in total.*", category=UserWarning)
+        warnings.filterwarnings("ignore", message=".*NumPy array is not writable.*", category=UserWarning)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
+                                             collate_fn=None if stacked else sample_list,
+                                             worker_init_fn=worker_init_fn if workers else None)
+        iterator = iter(loader)
         try:
             for batch in iterator:
                 last = time.perf_counter()

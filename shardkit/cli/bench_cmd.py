@@ -34,7 +34,6 @@ def command(dst: str, num_workers: str, batch_size: int, decode: bool, seconds: 
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
         return
-    what = "decoded 224x224 tensors" if decode else "stored bytes"
-    click.echo(f"{report.dst}: {report.num_samples} {report.format} samples, {what}, batch_size={report.batch_size}, "
-               f"{report.cpus} CPUs")
+    click.echo(f"{report.dst}: {report.num_samples} {report.format} samples, {report.reads}, "
+               f"batch_size={report.batch_size}, {report.cpus} CPUs")
     click.echo(f"recommended: {report.recommendation}")

@@ -15,8 +15,8 @@ from shardkit.errors import CorruptShardError, UsageError
 from shardkit.manifest import load_manifest
 from shardkit.samples import make_image_tree
 
-REPORT_KEYS = {"dst", "format", "num_samples", "bytes_per_sample", "decode", "collate", "batch_size", "seconds",
-               "cpus", "results", "recommended_num_workers", "recommendation"}
+REPORT_KEYS = {"dst", "format", "num_samples", "bytes_per_sample", "decode", "collate", "reads", "batch_size",
+               "seconds", "cpus", "results", "recommended_num_workers", "recommendation"}
 RESULT_KEYS = {"num_workers", "samples", "batches", "seconds", "samples_per_s", "mb_per_s", "first_batch_s"}
 
 
@@ -66,9 +66,21 @@ def test_recommendation_prefers_fewer_workers_when_close(tiny: Path) -> None:
 
 def test_decode_stacks_fixed_size_tensors(tiny: Path) -> None:
     report = bench(str(tiny), num_workers=(0,), batch_size=4, decode=True, seconds=0.1)
-    assert report.decode is True and report.collate == "stack"
+    assert report.decode is True and report.collate == "stack" and "3x224x224" in report.reads
     assert report.results[0].samples == 4 * report.results[0].batches > 0
     assert "--decode" not in report.recommendation
+
+
+def test_fixed_shape_samples_stack(tmp_path: Path) -> None:
+    import shardkit
+    rows = "".join(f"{k * 0.5},{k % 7},{k % 3}\n" for k in range(100))
+    (tmp_path / "table.csv").write_text("x,y,label\n" + rows)
+    dst = tmp_path / "table"
+    shardkit.convert(str(tmp_path / "table.csv"), str(dst), label_column="label", samples_per_shard=30, quiet=True)
+    for decode, reads in ((False, "stored arrays, stacked"), (True, "decoded to tensors, stacked")):
+        report = bench(str(dst), num_workers=(0, 1), batch_size=16, decode=decode, seconds=0.1)
+        assert report.collate == "stack" and report.reads == reads and report.num_samples == 100
+        assert all(r.samples == 16 * r.batches > 0 for r in report.results)    # counted from [samples, labels]
 
 
 def test_resize_to_tensor_gives_chw_uint8() -> None:
@@ -99,7 +111,8 @@ def test_cli_text(tiny: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].startswith("num_workers=0") and "samples/s" in lines[0] and "MB/s" in lines[0]
-    assert "40 hdf5 samples" in lines[1] and lines[2].startswith("recommended: DataLoader(ds, batch_size=8")
+    assert "40 hdf5 samples, stored bytes, as lists" in lines[1]
+    assert lines[2].startswith("recommended: DataLoader(ds, batch_size=8")
 
 
 @pytest.mark.parametrize("args, message", [
