@@ -3,13 +3,12 @@ the files of its uninterrupted conversion (with a fixed SOURCE_DATE_EPOCH, so ev
 same plan is byte-identical, manifest included)."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Dict, Tuple
 
 import pytest
 
-from .helpers import EPOCH, convert_args, make_tiny_tree, run_cli, tree_bytes
+from .helpers import convert_args, make_tiny_tree, timed_run, tree_bytes
 
 
 @pytest.fixture(scope="session")
@@ -25,12 +24,11 @@ def _references(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 @pytest.fixture
-def reference(_references: dict, process_tree: Path, fmt: str) -> Tuple[Dict[str, bytes], float]:
-    """(every file of an uninterrupted conversion of process_tree, seconds the command took)."""
+def reference(_references: dict, process_tree: Path, fmt: str) -> Tuple[Dict[str, bytes], Tuple[float, float]]:
+    """(every file of an uninterrupted conversion of process_tree, its timeline: seconds until
+    the plan was recorded and until the command ended)."""
     if fmt not in _references:
         dst = _references["root"] / fmt
-        started = time.monotonic()
-        result = run_cli(*convert_args(process_tree, dst, fmt), env_extra=EPOCH)
-        assert result.returncode == 0, result.stderr
-        _references[fmt] = (tree_bytes(dst), time.monotonic() - started)
+        timeline = timed_run(convert_args(process_tree, dst, fmt), dst)
+        _references[fmt] = (tree_bytes(dst), timeline)
     return _references[fmt]

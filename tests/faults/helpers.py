@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
 #: Samples per shard of the process tests (conftest's process_tree: 120 images -> 30 shards).
@@ -48,6 +48,23 @@ def start_cli(*args: object, env_extra: Optional[Dict[str, str]] = None, **popen
     return subprocess.Popen(cli_args(*args), env=cli_env(env_extra), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, errors="backslashreplace", start_new_session=True,
                             **popen)
+
+
+def timed_run(args: Sequence[object], dst: Path) -> Tuple[float, float]:
+    """Run `shardkit ARGS` to the end, noting when its plan record appeared in dst (the
+    conversion proper starts) and when it ended: (plan seconds, end seconds) from the start.
+    Kill trials spread their delays over this timeline."""
+    started = time.monotonic()
+    proc = start_cli(*args, env_extra=EPOCH)
+    planned = None
+    while proc.poll() is None:
+        if planned is None and (dst / ".shardkit" / "plan.json").exists():
+            planned = time.monotonic() - started
+        time.sleep(0.002)
+    ended = time.monotonic() - started
+    _, stderr = proc.communicate()
+    assert proc.returncode == 0, stderr
+    return (ended * 0.5 if planned is None else planned), ended
 
 
 def assert_no_traceback(result: "subprocess.CompletedProcess | str") -> None:

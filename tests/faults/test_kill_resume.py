@@ -13,12 +13,12 @@ import signal
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 import pytest
 
-from .helpers import EPOCH, convert_args, run_cli, session_processes, start_cli, tree_bytes, wait_for
+from .helpers import EPOCH, convert_args, run_cli, session_processes, start_cli, timed_run, tree_bytes, wait_for
 
 #: (workers, trials) per format: 7 kills per format, 21 over the three formats.
 TRIALS = [(1, 5), (2, 2)]
@@ -61,16 +61,49 @@ def _kill_at(args: List[object], delay: float) -> Tuple[int, int]:
 @pytest.mark.parametrize("workers, trials", TRIALS, ids=[f"workers{w}-{n}trials" for w, n in TRIALS])
 def test_kill9_then_resume_is_byte_identical(process_tree: Path, reference: tuple, fmt: str, tmp_path: Path,
                                              workers: int, trials: int) -> None:
-    expected, duration = reference
+    expected, timeline = reference
     if workers > 1:
-        duration = duration * 1.5 + 1.0     # spawning workers (and their imports) takes longer
-    rng = np.random.default_rng([workers, trials, len(fmt)])
+        # an uninterrupted run with workers: the same bytes, and its own timeline
+        timeline = timed_run(convert_args(process_tree, tmp_path / "whole", fmt, workers), tmp_path / "whole")
+        assert tree_bytes(tmp_path / "whole") == expected
+    _trials(lambda dst: convert_args(process_tree, dst, fmt, workers), expected, timeline, trials, tmp_path,
+            np.random.default_rng([workers, trials, len(fmt)]), f"{fmt} image tree, workers={workers}")
+
+
+@pytest.fixture(scope="module")
+def csv_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CSV file of 20,000 rows (numbers, a category, a class label): a source that is streamed."""
+    path = tmp_path_factory.mktemp("kill-csv") / "rows.csv"
+    rng = np.random.default_rng(4)
+    lines = ["x,count,colour,label"] + [f"{rng.normal():.5f},{rng.integers(0, 100)},{'rgb'[i % 3]},"
+                                        f"{'cat' if rng.uniform() < 0.5 else 'dog'}" for i in range(20000)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_kill9_csv_source_then_resume(csv_source: Path, fmt: str, tmp_path: Path) -> None:
+    """The same for a CSV source (3 trials per format), whose plan comes from streaming the file."""
+    def args(dst: Path) -> List[object]:
+        return ["convert", csv_source, dst, "--format", fmt, "--label-column", "label",
+                "--samples-per-shard", 1000, "--quiet"]
+    reference = tmp_path / "reference"
+    timeline = timed_run(args(reference), reference)
+    _trials(args, tree_bytes(reference), timeline, 3, tmp_path, np.random.default_rng(len(fmt)), f"{fmt} CSV")
+
+
+def _trials(args_for: Callable[[Path], List[object]], expected: Dict[str, bytes], timeline: Tuple[float, float],
+            trials: int, tmp_path: Path, rng: np.random.Generator, what: str) -> None:
+    """Kill trial 0 before the plan is recorded, the others spread over the conversion proper."""
+    planned, duration = timeline
     phases: Counter = Counter()
     preserved = 0
     for trial in range(trials):
         dst = tmp_path / f"trial{trial}"
-        args = convert_args(process_tree, dst, fmt, workers)
-        delay = (trial + rng.uniform()) / trials * duration
+        args = args_for(dst)
+        if trial == 0:
+            delay = rng.uniform(0, planned)
+        else:
+            delay = planned + (trial - 1 + rng.uniform()) / (trials - 1) * 0.9 * (duration - planned)
         code, survivors = _kill_at(args, delay)
         assert survivors == 0, f"trial {trial}: {survivors} worker(s) outlived their killed parent"
         phase = "finished" if code == 0 else _phase(dst)
@@ -91,6 +124,6 @@ def test_kill9_then_resume_is_byte_identical(process_tree: Path, reference: tupl
             assert (shard.stat().st_ino, shard.stat().st_mtime_ns) == identity, f"{name} was rewritten"
         preserved += len(finished)
     summary = ", ".join(f"{count} {phase}" for phase, count in sorted(phases.items()))
-    print(f"\n{fmt} workers={workers}: {trials} kill -9 trials ({summary}); all resumed byte-identical; "
+    print(f"\n{what}: {trials} kill -9 trials ({summary}); all resumed byte-identical; "
           f"{preserved} finished shards kept untouched")
     assert phases["finished"] < trials, "every run finished before its kill: the trials tested nothing"
