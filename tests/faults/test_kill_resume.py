@@ -13,7 +13,7 @@ import signal
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -45,11 +45,21 @@ def _finished(dst: Path) -> Dict[str, Tuple[int, int]]:
     return found
 
 
-def _kill_at(args: List[object], delay: float) -> Tuple[int, int]:
-    """Start the command, SIGKILL its parent after delay; return (exit code, survivors)."""
+def _done_count(dst: Path) -> int:
+    folder = dst / ".shardkit" / "done"
+    return len(list(folder.glob("shard-*.json"))) if folder.is_dir() else 0
+
+
+def _kill_at(args: List[object], delay: float = 0.0, when: Optional[Callable[[], bool]] = None) -> Tuple[int, int]:
+    """Start the command and SIGKILL its parent: once `when()` holds (polled every millisecond),
+    then after `delay` seconds. Returns (exit code, workers that outlived it)."""
     proc = start_cli(*args, env_extra=EPOCH)
+    if when is not None:
+        while proc.poll() is None and not when():
+            time.sleep(0.001)
     time.sleep(delay)
-    os.kill(proc.pid, signal.SIGKILL)
+    if proc.poll() is None:          # not yet reaped: a process that just ended is a zombie, still killable
+        os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
     gone = wait_for(lambda: not session_processes(proc.pid), timeout=10)
     survivors = session_processes(proc.pid)
@@ -93,25 +103,31 @@ def test_kill9_csv_source_then_resume(csv_source: Path, fmt: str, tmp_path: Path
 
 def _trials(args_for: Callable[[Path], List[object]], expected: Dict[str, bytes], timeline: Tuple[float, float],
             trials: int, tmp_path: Path, rng: np.random.Generator, what: str) -> None:
-    """Kill trial 0 before the plan is recorded, the others spread over the conversion proper."""
-    planned, duration = timeline
+    """Trial 0 is killed at a random moment before its plan is recorded (timed from an
+    uninterrupted run); trial k >= 1 once its n-th shard is recorded, n spread from 0 to all
+    shards, plus up to 30 ms, so the kills land inside shards, between them and around the
+    manifest whatever the machine's speed."""
+    planned, _ = timeline
+    shards = sum(1 for name in expected if name.startswith("shards/"))
     phases: Counter = Counter()
     preserved = 0
     for trial in range(trials):
         dst = tmp_path / f"trial{trial}"
         args = args_for(dst)
         if trial == 0:
-            delay = rng.uniform(0, planned)
+            code, survivors = _kill_at(args, rng.uniform(0, planned))
         else:
-            delay = planned + (trial - 1 + rng.uniform()) / (trials - 1) * 0.9 * (duration - planned)
-        code, survivors = _kill_at(args, delay)
+            target = int((trial - 1 + rng.uniform()) / (trials - 1) * (shards + 1))
+            code, survivors = _kill_at(args, rng.uniform(0, 0.03), when=lambda: _done_count(dst) >= target
+                                       if target else (dst / ".shardkit" / "plan.json").exists())
         assert survivors == 0, f"trial {trial}: {survivors} worker(s) outlived their killed parent"
         phase = "finished" if code == 0 else _phase(dst)
         phases[phase] += 1
         assert code in (0, -signal.SIGKILL)
         if trial % 2 == 1 and code != 0:
-            # a second kill, during the resume itself
-            _kill_at(args + ["--resume"], rng.uniform(0.3, 0.9) * duration)
+            # a second kill, during the resume itself, once it has recorded one more shard
+            before = _done_count(dst)
+            _kill_at(args + ["--resume"], rng.uniform(0, 0.03), when=lambda: _done_count(dst) > before)
         finished = _finished(dst)
         result = run_cli(*args, "--resume", env_extra=EPOCH)
         assert result.returncode == 0, f"trial {trial} ({phase}): {result.stderr}"
