@@ -98,26 +98,38 @@ class NaiveH5Dataset(torch.utils.data.Dataset):
             return torch.from_numpy(handle["images"][index]), int(handle["labels"][index])
 
 
-def time_reads(dataset: Any, samples: int, runs: int, batch_size: int, workers: int, seed: int) -> List[float]:
-    """samples/s of `runs` random-order passes of `samples` indices through one DataLoader."""
-    sampler = IndexSampler()
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
-                                         worker_init_fn=shardkit.worker_init_fn, persistent_workers=workers > 0)
-    generator = torch.Generator().manual_seed(seed)
-    sampler.indices = torch.randperm(len(dataset), generator=generator)[:batch_size * max(1, workers)].tolist()
-    for _ in loader:             # warm-up: start the workers, open the shards
-        pass
-    rates = []
-    for _ in range(runs):
-        sampler.indices = torch.randperm(len(dataset), generator=generator)[:samples].tolist()
+class ReadTimer:
+    """One persistent 2-worker DataLoader over a dataset; each epoch() reads `samples` random indices."""
+
+    def __init__(self, dataset: Any, samples: int, batch_size: int, workers: int, seed: int) -> None:
+        self.dataset = dataset
+        self.samples = min(samples, len(dataset))
+        self.sampler = IndexSampler()
+        self.loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=self.sampler,
+                                                  num_workers=workers, worker_init_fn=shardkit.worker_init_fn,
+                                                  persistent_workers=workers > 0)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.rates: List[float] = []
+        self.sampler.indices = self._order()[:batch_size * max(1, workers)]
+        for _ in self.loader:         # warm-up: start the workers, open the shards
+            pass
+
+    def _order(self) -> List[int]:
+        return torch.randperm(len(self.dataset), generator=self.generator).tolist()
+
+    def epoch(self) -> float:
+        """Time one pass over fresh random indices; returns (and records) samples/s."""
+        self.sampler.indices = self._order()[:self.samples]
         started = time.perf_counter()
         count = 0
-        for images, _labels in loader:
+        for images, _labels in self.loader:
             assert images.shape[1:] == (3, SIDE, SIDE) and images.dtype == torch.uint8
             count += len(images)
-        rates.append(count / (time.perf_counter() - started))
-    del loader
-    return rates
+        self.rates.append(count / (time.perf_counter() - started))
+        return self.rates[-1]
+
+    def close(self) -> None:
+        del self.loader
 
 
 def build_naive(raw_dst: str, path: str) -> int:
@@ -156,6 +168,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         os.rename(src + ".tmp", src)
     source_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(src) for f in fs)
     rows: List[Dict[str, Any]] = []
+    timers: List[Any] = []
     raw_plain: Optional[str] = None
     for fmt in args.formats:
         for label, options in CONFIGS:
@@ -172,26 +185,29 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
             raw = options["image_mode"] == "raw"
             if raw and options.get("compression") == "none" and raw_plain is None:
                 raw_plain = dst
-            rates = time_reads(dataset_for(dst, raw), min(args.read_samples or report.num_samples,
-                                                          report.num_samples),
-                               args.runs, args.batch_size, args.workers, seed=1)
             row.update({"bytes": report.bytes_written, "samples": report.num_samples,
-                        "convert_per_s": report.samples_per_second, "read_per_s": statistics.median(rates),
-                        "read_runs": [round(rate, 1) for rate in rates]})
+                        "convert_per_s": report.samples_per_second})
             rows.append(row)
+            timers.append((row, ReadTimer(dataset_for(dst, raw), args.read_samples or report.num_samples,
+                                          args.batch_size, args.workers, seed=1)))
             print(f"{fmt:5s} {label:24s} {report.bytes_written / 1e6:8.1f} MB  "
-                  f"convert {report.samples_per_second:6.0f}/s  read {row['read_per_s']:7.0f}/s  "
-                  f"runs {row['read_runs']}", file=sys.stderr)
+                  f"convert {report.samples_per_second:6.0f}/s", file=sys.stderr)
     naive: Dict[str, Any] = {}
     if raw_plain is not None and args.naive_samples > 0:
         path = os.path.join(workdir, "naive-1000-chunk-gzip.h5")
-        naive["bytes"] = build_naive(raw_plain, path)
-        dataset = NaiveH5Dataset(path)
-        rates = time_reads(dataset, args.naive_samples, args.runs, args.naive_batch_size, args.workers, seed=2)
-        naive.update({"read_per_s": statistics.median(rates), "read_runs": [round(r, 2) for r in rates],
-                      "samples_timed": args.naive_samples})
-        print(f"naive 1000-sample gzip chunks, reopen per item: read {naive['read_per_s']:.2f}/s "
-              f"runs {naive['read_runs']}", file=sys.stderr)
+        naive.update({"bytes": build_naive(raw_plain, path), "samples_timed": args.naive_samples})
+        timers.append((naive, ReadTimer(NaiveH5Dataset(path), args.naive_samples, args.naive_batch_size,
+                                        args.workers, seed=2)))
+    # Runs are interleaved (every dataset once per round) so a busy moment hits all of them alike.
+    for round_number in range(args.runs):
+        for row, timer in timers:
+            rate = timer.epoch()
+            print(f"round {round_number + 1}/{args.runs}  {row.get('format', 'h5py'):5s} "
+                  f"{row.get('mode', 'naive recipe'):24s} read {rate:8.1f}/s", file=sys.stderr)
+    for row, timer in timers:
+        row["read_per_s"] = statistics.median(timer.rates)
+        row["read_runs"] = [round(rate, 2) for rate in timer.rates]
+        timer.close()
     if not args.keep and not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     return {"images": args.images, "source_bytes": source_bytes, "rows": rows, "naive": naive,

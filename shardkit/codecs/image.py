@@ -182,11 +182,17 @@ class ImageCodec:
         """The background colour as #rrggbb."""
         return "#%02x%02x%02x" % tuple(self.background)
 
+    @property
+    def raw_size(self) -> Tuple[int, int]:
+        """(H, W) of raw mode; UsageError for a raw codec built without --size."""
+        if self.size is None:
+            raise UsageError("--image-mode raw needs --size H W")
+        return self.size
+
     def schema(self, labeled: bool) -> SampleSchema:
         """The SampleSchema of datasets written with this codec."""
         if self.mode == "raw":
-            assert self.size is not None
-            return SampleSchema(kind="image", layout=LAYOUT_ARRAY, dtype="uint8", shape=(*self.size, 3),
+            return SampleSchema(kind="image", layout=LAYOUT_ARRAY, dtype="uint8", shape=(*self.raw_size, 3),
                                 labeled=labeled, codec=self.describe())
         return SampleSchema(kind="image", layout=LAYOUT_BYTES, labeled=labeled, codec=self.describe())
 
@@ -222,10 +228,9 @@ class ImageCodec:
         detected = str(image.format or "unknown")
         pixels = to_rgb(apply_orientation(image), self.background)
         if self.mode == "raw":
-            assert self.size is not None
-            array = np.ascontiguousarray(np.asarray(fit(pixels, *self.size), dtype=np.uint8))
-            if array.shape != (*self.size, 3):
-                raise SampleError(f"resized to {array.shape}, expected {(*self.size, 3)}")
+            array = np.ascontiguousarray(np.asarray(fit(pixels, *self.raw_size), dtype=np.uint8))
+            if array.shape != (*self.raw_size, 3):
+                raise SampleError(f"resized to {array.shape}, expected {(*self.raw_size, 3)}")
             return array, detected
         if self.resize is not None:
             pixels = resize_shorter(pixels, self.resize)
