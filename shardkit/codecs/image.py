@@ -29,6 +29,8 @@ REENCODE_MODES = ("jpeg", "png", "webp")
 LOSSY_MODES = ("jpeg", "webp")
 DEFAULT_QUALITY = 90
 DEFAULT_BACKGROUND = "#ffffff"
+#: Largest --resize / --size side (WebP's limit is 16383; larger training images are unusual).
+MAX_SIDE = 16384
 #: Resampling filter of --resize and of raw mode's resize (Pillow's Lanczos, antialiased).
 RESAMPLE = "lanczos"
 #: JPEG sources are decoded at a reduced DCT scale only while both sides stay at least this
@@ -111,8 +113,8 @@ def to_rgb(image: Any, background: Tuple[int, int, int] = (255, 255, 255)) -> An
     if image.mode == "RGB" and "transparency" not in image.info:
         return image
     if image.mode in _WIDE_GRAY_MODES:
-        wide = np.asarray(image).astype(np.uint32)
-        narrow = (np.minimum(wide, 65535) * 255 + 32767) // 65535
+        wide = np.clip(np.asarray(image).astype(np.int64), 0, 65535)
+        narrow = (wide * 255 + 32767) // 65535
         image = Image.fromarray(narrow.astype(np.uint8), mode="L")
     elif image.mode == "F":
         image = image.convert("L")
@@ -226,14 +228,17 @@ class ImageCodec:
             return data, str(image.format or "unknown")
         image = open_checked(data, min_size=self._draft_size())
         detected = str(image.format or "unknown")
-        pixels = to_rgb(apply_orientation(image), self.background)
-        if self.mode == "raw":
-            array = np.ascontiguousarray(np.asarray(fit(pixels, *self.raw_size), dtype=np.uint8))
-            if array.shape != (*self.raw_size, 3):
-                raise SampleError(f"resized to {array.shape}, expected {(*self.raw_size, 3)}")
-            return array, detected
-        if self.resize is not None:
-            pixels = resize_shorter(pixels, self.resize)
+        try:
+            pixels = to_rgb(apply_orientation(image), self.background)
+            if self.mode == "raw":
+                array = np.ascontiguousarray(np.asarray(fit(pixels, *self.raw_size), dtype=np.uint8))
+                if array.shape != (*self.raw_size, 3):
+                    raise SampleError(f"resized to {array.shape}, expected {(*self.raw_size, 3)}")
+                return array, detected
+            if self.resize is not None:
+                pixels = resize_shorter(pixels, self.resize)
+        except (MemoryError, OSError, ValueError) as exc:
+            raise SampleError(f"cannot convert the pixels ({type(exc).__name__}: {exc})") from None
         return self._save(pixels), detected
 
     def _draft_size(self) -> Optional[Tuple[int, int]]:
@@ -262,8 +267,9 @@ def make_image_codec(mode: str = "passthrough", *, resize: Optional[int] = None,
     if mode == "raw":
         if size is None:
             raise UsageError("--image-mode raw needs --size H W (the stored array shape, e.g. --size 224 224)")
-        if len(size) != 2 or any(int(v) < 1 or int(v) > 65535 for v in size):
-            raise UsageError(f"--size must be two sides between 1 and 65535 (height width), not {tuple(size)}")
+        if len(size) != 2 or any(not 1 <= int(v) <= MAX_SIDE for v in size):
+            raise UsageError(f"--size must be two sides between 1 and {MAX_SIDE} (height width), "
+                             f"not {tuple(size)}")
         size = (int(size[0]), int(size[1]))
     elif size is not None:
         raise UsageError(f"--size applies to --image-mode raw only (use --resize N with jpeg, png or webp), "
@@ -272,8 +278,8 @@ def make_image_codec(mode: str = "passthrough", *, resize: Optional[int] = None,
         if mode not in REENCODE_MODES:
             raise UsageError(f"--resize applies to --image-mode jpeg, png or webp only, not to {mode}"
                              + (" (raw uses --size H W)" if mode == "raw" else ""))
-        if not 1 <= int(resize) <= 65535:
-            raise UsageError(f"--resize must be between 1 and 65535 pixels, not {resize}")
+        if not 1 <= int(resize) <= MAX_SIDE:
+            raise UsageError(f"--resize must be between 1 and {MAX_SIDE} pixels, not {resize}")
         resize = int(resize)
     if quality is not None:
         if mode not in LOSSY_MODES:

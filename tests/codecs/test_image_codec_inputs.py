@@ -195,3 +195,17 @@ def test_lossy_draft_decode_does_not_cost_quality() -> None:
     small, _ = codec_for("png", resize=60).encode(data)
     reference = Image.open(io.BytesIO(data)).convert("RGB").resize((80, 60), Image.Resampling.LANCZOS)
     assert psnr(pixels("png", small), np.asarray(reference)) >= 38.0
+
+
+def test_32bit_grayscale_outside_16_bits_is_clipped() -> None:
+    values = np.array([[-5, 70000, 0x8080, 65535]], dtype=np.int32)
+    data = encode(Image.fromarray(values, mode="I"), "TIFF")
+    assert Image.open(io.BytesIO(data)).mode == "I"
+    assert full_from(data)[0, :, 0].tolist() == [0, 255, 128, 255]
+
+
+def test_pixels_too_large_to_convert_are_a_sample_error() -> None:
+    # A 1 x 16384 strip upscaled to a shorter side of 16384 needs 16384 x 268M pixels.
+    strip = encode(Image.new("RGB", (16384, 1)), "PNG")
+    with pytest.raises(SampleError):
+        codec_for("png", resize=16384).encode(strip)
