@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from image_cases import odd_files
+from .image_cases import odd_files
 
 
 @pytest.fixture(scope="session")

@@ -6,12 +6,13 @@ import warnings
 
 import numpy as np
 import pytest
-from image_cases import ascii_orientation_exif, encode, exif_with_orientation, odd_files, psnr, smooth_rgb
 from PIL import Image
 
 from shardkit.codecs.decode import make_image_decoder
 from shardkit.codecs.image import IMAGE_MODES, make_image_codec
 from shardkit.errors import SampleError
+
+from .image_cases import ascii_orientation_exif, encode, exif_with_orientation, odd_files, psnr, smooth_rgb
 
 FILES = odd_files()
 GOOD = sorted(rel for rel in FILES if rel.startswith("ok/"))

@@ -12,12 +12,13 @@ from typing import Any, Dict, List
 
 import numpy as np
 import pytest
-from image_cases import REFUSED, encode, psnr, smooth_rgb
 from PIL import Image
 
 import shardkit
 from shardkit.codecs.image import make_image_codec
 from shardkit.errors import UsageError
+
+from .image_cases import REFUSED, encode, psnr, smooth_rgb
 
 MODE_OPTIONS: Dict[str, Dict[str, Any]] = {
     "passthrough": {},
