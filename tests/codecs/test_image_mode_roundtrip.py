@@ -226,3 +226,9 @@ def test_cli_converts_raw_and_info_shows_the_codec(smooth_tree: Path, tmp_path: 
     info = CliRunner().invoke(main, ["info", str(dst)])
     assert info.exit_code == 0 and "image_mode=raw" in info.output and "uint8(32, 24, 3)" in info.output
     assert shardkit.open_dataset(dst, decode="numpy")[0][0].shape == (32, 24, 3)
+    try:
+        import jsonschema
+    except ImportError:
+        return
+    schema = json.loads((Path(__file__).resolve().parents[2] / "formats" / "manifest.schema.json").read_text())
+    jsonschema.validate(json.loads((dst / "manifest.json").read_text()), schema)
