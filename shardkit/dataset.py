@@ -1,6 +1,7 @@
 """The read side: a torch Dataset over a shardkit DST, for any registered format."""
 from __future__ import annotations
 
+import bisect
 import os
 from typing import Any, Callable, Dict, List, Optional
 
@@ -57,7 +58,11 @@ class ShardDataset(torch.utils.data.Dataset):
         #: shard_starts[k] is the global index of shard k's first sample; the last entry is len(self).
         self.shard_starts = np.zeros(len(shards) + 1, dtype=np.int64)
         np.cumsum(self._counts, out=self.shard_starts[1:])
+        self._starts: List[int] = self.shard_starts.tolist()   # one per shard; bisect on a list is fast
         self._length = int(self.shard_starts[-1])
+        # Readers got from HANDLES while its generation was _known_generation: all still open.
+        self._known: Dict[int, ShardReader] = {}
+        self._known_generation = -1
 
     # ---- metadata ----------------------------------------------------------------
     @property
@@ -109,13 +114,21 @@ class ShardDataset(torch.utils.data.Dataset):
             index += self._length
         if not 0 <= index < self._length:
             raise IndexError(f"index {index} out of range for dataset of {self._length} samples")
-        shard = int(np.searchsorted(self.shard_starts, index, side="right")) - 1
-        return shard, index - int(self.shard_starts[shard])
+        shard = bisect.bisect_right(self._starts, index) - 1
+        return shard, index - self._starts[shard]
 
     def reader(self, shard: int) -> ShardReader:
         """The open reader of a shard (opened in this process on first use)."""
-        path = self._paths[shard]
-        return HANDLES.get(path, lambda: self._open(shard), self.max_open_shards)
+        generation = HANDLES.generation
+        if self._known_generation != generation:    # HANDLES closed a reader or the process changed
+            self._known = {}
+            self._known_generation = generation
+        reader = self._known.get(shard)
+        if reader is None:
+            reader = HANDLES.get(self._paths[shard], lambda: self._open(shard), self.max_open_shards)
+            if HANDLES.generation == generation:
+                self._known[shard] = reader
+        return reader
 
     def _open(self, shard: int) -> ShardReader:
         path = self._paths[shard]
@@ -174,6 +187,7 @@ class ShardDataset(torch.utils.data.Dataset):
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_decoder", None)     # rebuilt on unpickling; handles live in HANDLES, not here
+        state["_known"], state["_known_generation"] = {}, -1
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
