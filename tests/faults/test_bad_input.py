@@ -81,6 +81,23 @@ def test_default_skips_each_bad_file_and_keeps_every_good_one(corpus: Corpus, fm
     assert shardkit.verify(str(dst), mode="deep").ok
 
 
+@pytest.mark.parametrize("mode, options", [("jpeg", {"resize": 8}), ("raw", {"size": (8, 8)})])
+def test_converted_image_modes_skip_the_same_inputs(corpus: Corpus, fmt: str, tmp_path: Path, mode: str,
+                                                    options: dict) -> None:
+    """Re-encoding modes decode every input fully (CMYK, 16-bit, palette and alpha to RGB): the
+    same inputs are skipped, every good one is stored, and every stored sample decodes."""
+    dst = tmp_path / "out"
+    report = shardkit.convert(str(corpus.root), str(dst), format=fmt, image_mode=mode, samples_per_shard=16,
+                              quiet=True, **options)
+    assert set(_skipped(dst)) == set(corpus.bad)
+    assert report.num_samples == len(corpus.good)
+    ds = shardkit.open_dataset(dst, decode="numpy", verify_checksums=True)
+    for index, rel in enumerate(corpus.good):
+        image, label = ds[index]
+        assert image.dtype == np.uint8 and image.shape[2] == 3 and min(image.shape[:2]) == 8, rel
+        assert ds.classes[label] == rel.split("/")[0], rel
+
+
 def test_on_error_fail_stops_at_the_first_bad_input(corpus: Corpus, fmt: str, tmp_path: Path) -> None:
     dst = tmp_path / "out"
     result = run_cli("convert", corpus.root, dst, "--format", fmt, "--samples-per-shard", "7", "--quiet",
