@@ -11,10 +11,14 @@ from .base import Converted, Skipped, Source
 
 
 def open_source(src: str, options: Any) -> Source:
-    """The Source for SRC: an image tree (with or without a labels CSV)."""
+    """The Source for SRC: a shardkit dataset (it has a manifest.json), or an image tree
+    (with or without a labels CSV)."""
     import os
     if not os.path.exists(src):
         raise UsageError(f"{src}: no such file or directory", path=src)
+    if os.path.isfile(os.path.join(src, "manifest.json")):
+        from .shard_dataset import ShardDatasetSource
+        return ShardDatasetSource.open(src, options)
     from .image_tree import ImageTreeSource
     if not os.path.isdir(src):
         raise UsageError(f"{src}: is a file; SRC must be an image folder", path=src)
