@@ -22,6 +22,7 @@ _LAZY = {
     "ShardDataset": "shardkit.dataset",
     "VerifyReport": "shardkit.verification",
     "convert": "shardkit.conversion",
+    "merge": "shardkit.merging",
     "open_dataset": "shardkit.dataset",
     "verify": "shardkit.verification",
     "worker_init_fn": "shardkit.handles",
@@ -44,5 +45,5 @@ __all__ = sorted([
     "ConversionError", "ConvertReport", "CorruptSampleError", "CorruptShardError", "DestinationExistsError",
     "EmptySourceError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError", "NotADatasetError",
     "PTDataset", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardkitError", "SourceError",
-    "UsageError", "VerifyReport", "__version__", "convert", "open_dataset", "verify", "worker_init_fn",
+    "UsageError", "VerifyReport", "__version__", "convert", "merge", "open_dataset", "verify", "worker_init_fn",
 ])

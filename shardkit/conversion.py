@@ -135,7 +135,8 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
     tasks = make_tasks(ranges, options.part_tuple)
     if not ranges:
         raise EmptySourceError(f"{src}: no input to convert ({_describe_summary(source.summary())})", path=src)
-    fingerprint = _fingerprint(source.fingerprint(), options, schema, ranges)
+    plan_fingerprint = _fingerprint(source.fingerprint(), options, schema, ranges, part=None)
+    fingerprint = _fingerprint(source.fingerprint(), options, schema, ranges, part=options.part_tuple)
     finished = _already_complete(dst, fingerprint, options)
     if finished is not None:
         return _report_for(finished, dst, started, reused=len(finished.shards))
@@ -154,7 +155,9 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
         results = done + _run(ctx, pending, options, already_skipped=len(plan_skipped))
         results.sort(key=lambda result: result.shard)
         manifest = _assemble(results, source, fmt, ctx, created, fingerprint, plan_skipped, options, src)
-        if manifest.num_samples == 0:
+        if manifest.part is not None:
+            manifest.part.update(plan_fingerprint=plan_fingerprint, plan_shards=len(ranges))
+        if manifest.num_samples == 0 and (tasks or options.part_tuple is None):
             _remove_outputs(dst)
             raise EmptySourceError(f"{src}: no usable sample; every input was skipped "
                                    f"(first: {_first_skip(results, plan_skipped)})", path=src)
@@ -172,9 +175,11 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
     return report
 
 
-def _fingerprint(source_fp: str, options: ConvertOptions, schema: Any, ranges: List[Tuple[int, int]]) -> str:
+def _fingerprint(source_fp: str, options: ConvertOptions, schema: Any, ranges: List[Tuple[int, int]],
+                 part: Optional[Tuple[int, int]]) -> str:
+    """Digest of what the output depends on; with part=None it names the whole plan (for merge)."""
     record = {"source": source_fp, "format": options.format, "schema": schema.to_dict(),
-              "ranges": ranges, "part": options.part_tuple}
+              "ranges": ranges, "part": part}
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 

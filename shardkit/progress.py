@@ -16,7 +16,7 @@ class Progress:
         self._last_postfix = 0.0
         if not quiet:
             from tqdm import tqdm
-            self._bar = tqdm(total=total, desc=desc, unit=unit, unit_scale=True, dynamic_ncols=True,
+            self._bar = tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True,
                              leave=True, mininterval=0.25)
 
     def advance(self, items: int, nbytes: int = 0) -> None:

@@ -1,0 +1,23 @@
+"""shardkit merge PART_DST... DST."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..merging import merge
+
+
+@click.command("merge")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def command(paths: tuple, as_json: bool) -> None:
+    """Join the part datasets of a `convert --part I/N` run (all N of them) into DST, the last path."""
+    if len(paths) < 2:
+        raise click.UsageError("give the part datasets and then DST")
+    report = merge(list(paths[:-1]), paths[-1])
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo(f"merged {report.parts} parts: {report.num_samples} samples in {report.num_shards} shards "
+                   f"({report.linked} hard-linked, {report.copied} copied) into {report.dst}")

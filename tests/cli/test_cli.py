@@ -1,0 +1,96 @@
+"""The shardkit command: exit codes, one-line errors, JSON output."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from shardkit.cli import main
+
+
+def run(*args: str) -> "CliRunner.invoke":
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_convert_verify_info(image_tree: Path, tmp_path: Path, fmt: str) -> None:
+    dst = tmp_path / "out"
+    result = run("convert", image_tree, dst, "--format", fmt, "--samples-per-shard", "50", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "wrote 120 samples in 3" in result.output
+    result = run("verify", dst, "--json")
+    assert result.exit_code == 0
+    assert json.loads(result.output)["ok"] is True
+    result = run("info", dst)
+    assert result.exit_code == 0 and "120 in 3 shards" in result.output
+    info = json.loads(run("info", dst, "--json").output)
+    assert info["format"] == fmt and info["classes"] == ["circle", "square", "stripes", "triangle"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["convert", "{missing}", "{dst}"], "no such file or directory"),
+    (["convert", "{tree}", "{dst}", "--format", "zarr"], "unknown format 'zarr'"),
+    (["convert", "{tree}", "{dst}", "--shard-size", "12 parsecs"], "invalid size"),
+    (["convert", "{tree}", "{dst}", "--samples-per-shard", "0"], "at least 1"),
+    (["convert", "{tree}", "{dst}", "--part", "4/4"], "invalid part"),
+    (["convert", "{tree}", "{dst}", "--resume", "--overwrite"], "contradict"),
+    (["verify", "{missing}"], "no such dataset"),
+    (["verify", "{tree}"], "not a shardkit dataset"),
+    (["info", "{tree}"], "not a shardkit dataset"),
+    (["verify", "{tree}", "--bogus"], "No such option"),
+])
+def test_usage_errors_exit_2_with_one_line(args, message, image_tree: Path, tmp_path: Path) -> None:
+    values = {"missing": tmp_path / "nope", "dst": tmp_path / "dst", "tree": image_tree}
+    result = CliRunner().invoke(main, [a.format(**values) for a in args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "dst" / "manifest.json").exists()
+
+
+def test_non_empty_destination_is_refused(image_tree: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "dst"
+    assert run("convert", image_tree, dst, "-q").exit_code == 0
+    before = (dst / "manifest.json").read_bytes()
+    result = CliRunner().invoke(main, ["convert", str(image_tree), str(dst), "-q"])
+    assert result.exit_code == 2 and "--overwrite" in result.output
+    assert (dst / "manifest.json").read_bytes() == before
+    result = run("convert", image_tree, dst, "-q", "--overwrite", "--samples-per-shard", "60")
+    assert result.exit_code == 0 and "in 2 hdf5 shards" in result.output
+
+
+def test_overwrite_never_deletes_foreign_files(image_tree: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    (dst / "thesis.tex").write_text("precious")
+    result = CliRunner().invoke(main, ["convert", str(image_tree), str(dst), "--overwrite", "-q"])
+    assert result.exit_code == 2 and "did not write" in result.output
+    assert (dst / "thesis.tex").read_text() == "precious"
+
+
+def test_verify_failure_exits_1(image_tree: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "dst"
+    run("convert", image_tree, dst, "-q")
+    next((dst / "shards").iterdir()).unlink()
+    result = CliRunner().invoke(main, ["verify", str(dst)])
+    assert result.exit_code == 1
+    assert "shard is missing" in result.output and "FAILED" in result.output
+
+
+def test_empty_source_exits_1_and_writes_nothing(tmp_path: Path) -> None:
+    src = tmp_path / "empty"
+    (src / "cats").mkdir(parents=True)
+    result = CliRunner().invoke(main, ["convert", str(src), str(tmp_path / "dst")])
+    assert result.exit_code == 1 and "no input" in result.output
+    assert not (tmp_path / "dst" / "manifest.json").exists()
+
+
+def test_console_entry_point_runs(image_tree: Path, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "shardkit", "convert", str(image_tree), str(tmp_path / "d"),
+                           "--format", "nope"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["error: unknown format 'nope'; choose one of "
+                                                + ", ".join(__import__("shardkit.formats").formats.format_names())]

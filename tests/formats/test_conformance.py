@@ -1,0 +1,156 @@
+"""One conformance suite every registered format passes: write/read contract of ShardWriter/ShardReader."""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardkit.errors import CorruptShardError
+from shardkit.formats import format_names, get_format
+from shardkit.records import NO_LABEL, Encoded
+from shardkit.schema import SampleSchema
+
+BYTES_SCHEMA = SampleSchema(kind="image")
+ARRAY_SCHEMA = SampleSchema(kind="image", layout="array", dtype="uint8", shape=(5, 7, 3))
+
+
+def _bytes_samples(count: int, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    samples = []
+    for index in range(count):
+        size = int(rng.integers(0, 5000)) if index % 10 else 0   # empty payloads are legal
+        samples.append(Encoded.make(rng.integers(0, 256, size, dtype=np.uint8).tobytes(), index % 7))
+    return samples
+
+
+def _array_samples(count: int, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    return [Encoded.make(rng.integers(0, 256, ARRAY_SCHEMA.shape, dtype=np.uint8), index % 3)
+            for index in range(count)]
+
+
+def _write(fmt_name: str, path: Path, schema: SampleSchema, samples: list) -> None:
+    fmt = get_format(fmt_name)
+    writer = fmt.open_writer(str(path), schema, fmt.default_options(schema, 0))
+    for sample in samples:
+        writer.append(sample)
+    writer.close()
+
+
+def _as_bytes(payload) -> bytes:
+    return bytes(memoryview(payload)) if not isinstance(payload, np.ndarray) else payload.tobytes()
+
+
+class TestFormatConformance:
+    """Every format stores exactly what it was given and reads it back by index."""
+
+    @pytest.mark.parametrize("compression", ["none", "gzip"])
+    def test_bytes_round_trip(self, fmt: str, tmp_path: Path, compression: str) -> None:
+        schema = SampleSchema(kind="image", compression=compression)
+        if not _supports(fmt, schema):
+            pytest.skip(f"{fmt} does not store {compression}")
+        samples = _bytes_samples(150)
+        path = tmp_path / f"shard{get_format(fmt).extension}"
+        _write(fmt, path, schema, samples)
+        reader = get_format(fmt).open_reader(str(path), schema, {})
+        assert len(reader) == len(samples)
+        for index in [0, 1, 9, 10, 77, 149, 3]:
+            got = reader.read(index)
+            assert _as_bytes(got.payload) == _as_bytes(samples[index].payload)
+            assert got.label == samples[index].label
+            assert got.crc32 == samples[index].crc32
+            assert got.crc_ok()
+        assert reader.labels().tolist() == [s.label for s in samples]
+        reader.close()
+
+    @pytest.mark.parametrize("compression", ["none", "gzip", "lzf"])
+    def test_array_round_trip(self, fmt: str, tmp_path: Path, compression: str) -> None:
+        schema = SampleSchema(kind="image", layout="array", dtype="uint8", shape=(5, 7, 3), compression=compression)
+        if not _supports(fmt, schema):
+            pytest.skip(f"{fmt} does not store {compression}")
+        samples = _array_samples(40)
+        path = tmp_path / f"shard{get_format(fmt).extension}"
+        _write(fmt, path, schema, samples)
+        reader = get_format(fmt).open_reader(str(path), schema, {})
+        for index in range(len(samples)):
+            got = reader.read(index)
+            assert isinstance(got.payload, np.ndarray)
+            assert got.payload.shape == (5, 7, 3) and got.payload.dtype == np.uint8
+            np.testing.assert_array_equal(got.payload, samples[index].payload)
+            assert got.crc_ok()
+        reader.close()
+
+    def test_empty_shard(self, fmt: str, tmp_path: Path) -> None:
+        path = tmp_path / f"empty{get_format(fmt).extension}"
+        _write(fmt, path, BYTES_SCHEMA, [])
+        reader = get_format(fmt).open_reader(str(path), BYTES_SCHEMA, {})
+        assert len(reader) == 0
+        with pytest.raises(IndexError):
+            reader.read(0)
+        reader.close()
+
+    def test_out_of_range(self, fmt: str, tmp_path: Path) -> None:
+        path = tmp_path / f"s{get_format(fmt).extension}"
+        _write(fmt, path, BYTES_SCHEMA, _bytes_samples(5))
+        reader = get_format(fmt).open_reader(str(path), BYTES_SCHEMA, {})
+        for bad in (5, 100, -1):
+            with pytest.raises(IndexError):
+                reader.read(bad)
+        reader.close()
+
+    def test_unlabeled(self, fmt: str, tmp_path: Path) -> None:
+        schema = SampleSchema(kind="image", labeled=False)
+        samples = [Encoded.make(b"x" * n) for n in range(1, 6)]
+        path = tmp_path / f"s{get_format(fmt).extension}"
+        _write(fmt, path, schema, samples)
+        reader = get_format(fmt).open_reader(str(path), schema, {})
+        assert [reader.read(i).label for i in range(5)] == [NO_LABEL] * 5
+        reader.close()
+
+    def test_byte_identical_writes(self, fmt: str, tmp_path: Path) -> None:
+        digests = set()
+        for run in range(2):
+            path = tmp_path / f"run{run}{get_format(fmt).extension}"
+            _write(fmt, path, BYTES_SCHEMA, _bytes_samples(60, seed=3))
+            digests.add(hashlib.sha256(path.read_bytes()).hexdigest())
+        assert len(digests) == 1
+
+    def test_truncated_file_is_a_corrupt_shard(self, fmt: str, tmp_path: Path) -> None:
+        path = tmp_path / f"s{get_format(fmt).extension}"
+        _write(fmt, path, BYTES_SCHEMA, _bytes_samples(60))
+        size = os.path.getsize(path)
+        with open(path, "r+b") as handle:
+            handle.truncate(size // 2)
+        with pytest.raises(CorruptShardError) as caught:
+            reader = get_format(fmt).open_reader(str(path), BYTES_SCHEMA, {})
+            for index in range(len(reader)):
+                reader.read(index)
+        assert str(path) in str(caught.value)
+
+    def test_garbage_file_is_a_corrupt_shard(self, fmt: str, tmp_path: Path) -> None:
+        path = tmp_path / f"s{get_format(fmt).extension}"
+        path.write_bytes(b"this is not a shard at all" * 100)
+        with pytest.raises(CorruptShardError) as caught:
+            get_format(fmt).open_reader(str(path), BYTES_SCHEMA, {})
+        assert str(path) in str(caught.value)
+
+    def test_writer_writes_only_its_path(self, fmt: str, tmp_path: Path) -> None:
+        path = tmp_path / f"only{get_format(fmt).extension}"
+        _write(fmt, path, BYTES_SCHEMA, _bytes_samples(20))
+        assert sorted(os.listdir(tmp_path)) == [path.name]
+
+
+def _supports(fmt_name: str, schema: SampleSchema) -> bool:
+    from shardkit.errors import UsageError
+    try:
+        get_format(fmt_name).check(schema)
+    except UsageError:
+        return False
+    return True
+
+
+def test_registry_lists_hdf5() -> None:
+    assert "hdf5" in format_names()
