@@ -13,8 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from ..errors import CorruptShardError, UsageError
-from ..formats import get_format
-from ..formats.base import ShardReader
+from ..formats import ShardReader, get_format
 from ..manifest import Manifest, load_manifest
 from ..records import Encoded
 from .base import Converted, Outcome, Skipped, Source
