@@ -67,9 +67,11 @@ class ShardDatasetSource(Source):
     def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int]) -> List[Tuple[int, int]]:
         """cut_shards over per-shard average sample sizes, computed run by run (no per-item array)."""
         total = int(self._starts[-1])
+        if not total:
+            return []
         if max_bytes is None:
             step = max_items or total
-            return [(start, min(start + step, total)) for start in range(0, total, step)] if total else []
+            return [(start, min(start + step, total)) for start in range(0, total, step)]
         ranges: List[Tuple[int, int]] = []
         start, filled, shard = 0, 0, 0
         position = 0
