@@ -14,7 +14,6 @@ the child before the child opens its own (read-only and lock-free, that touches 
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import struct
 import threading
@@ -44,8 +43,6 @@ INITIAL_MAP_SIZE = 16 << 20
 BATCH_BYTES = 32 << 20
 BATCH_SAMPLES = 65536
 MAX_META_BYTES = 1 << 20
-#: With readahead off, values larger than this are prefetched with one madvise(WILLNEED).
-PREFETCH_MIN_BYTES = 16 << 10
 #: Reader table size; readers open lock-free, so it never limits them (kept generous anyway).
 MAX_READERS = 1024
 #: Datasets up to this fraction of physical memory default to readahead on (docs/formats.md).
@@ -221,7 +218,6 @@ class LMDBReader(ShardReader):
         self._shared = shared
         #: Whether this shard's map uses OS readahead (the first opener in a process decides).
         self.readahead = shared.readahead
-        self._prefetch = bool(options.get("prefetch", True)) and not shared.readahead
         try:
             with shared.lock:
                 self._count, self._labels = self._check_structure(shared)
@@ -302,12 +298,10 @@ class LMDBReader(ShardReader):
                 raise self._corrupt(f"sample {index}: record header does not match the record")
             compressed = bool(flags & FLAG_ZLIB)
             check_lengths(self._schema, stored_length, raw_length, compressed, self._path, index)
-            if self._prefetch and len(value) >= PREFETCH_MIN_BYTES:
-                _will_need(value)
             stored = value[RECORD.size:]
-            # Copy (or inflate) while the map is certainly mapped: the handle may be evicted later.
-            payload = restore(self._schema, stored if compressed else bytes(stored), raw_length, compressed,
-                              self._path, index)
+            if not compressed:
+                stored = stored.tobytes()    # copy while mapped: the handle may be evicted later
+            payload = restore(self._schema, stored, raw_length, compressed, self._path, index)
         return Encoded(payload, int(label), int(crc))
 
     def labels(self) -> np.ndarray:
@@ -322,24 +316,6 @@ class LMDBReader(ShardReader):
 def _short(exc: BaseException, path: str) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text.replace(f"{path}: ", "")
-
-
-_LIBC: Any = None
-
-
-def _will_need(value: memoryview) -> None:
-    """Ask the kernel to read a value's pages in one go (readahead off faults them in 4 KiB at a time)."""
-    global _LIBC
-    advice = getattr(mmap, "MADV_WILLNEED", None)
-    if advice is None:
-        return
-    if _LIBC is None:
-        import ctypes
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-        _LIBC.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    address = np.frombuffer(value, dtype=np.uint8).__array_interface__["data"][0]
-    start = address & ~(mmap.PAGESIZE - 1)
-    _LIBC.madvise(start, address + len(value) - start, advice)
 
 
 def physical_memory() -> int:
