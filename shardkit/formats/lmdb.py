@@ -160,16 +160,30 @@ class _SharedEnv:
         self.users = 0
         self.lock = threading.Lock()
 
-    def close(self) -> None:
-        with self.lock:
-            try:
-                self.env.close()    # also ends the read transaction
-            except lmdb.Error:
-                pass
+    def close(self, inherited: bool = False) -> None:
+        """Close the environment (and its transaction). An environment inherited over fork is
+        closed without its lock, which a thread of the parent may have held at the fork."""
+        if not inherited:
+            with self.lock:
+                self.close(inherited=True)
+            return
+        try:
+            self.env.close()
+        except lmdb.Error:
+            pass
 
 
 _ENVS: Dict[Tuple[int, int], _SharedEnv] = {}
 _ENVS_LOCK = threading.Lock()
+
+
+def _new_lock_after_fork() -> None:
+    global _ENVS_LOCK
+    _ENVS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def _acquire(path: str, readahead: bool) -> Tuple[Tuple[int, int], _SharedEnv]:
@@ -183,7 +197,7 @@ def _acquire(path: str, readahead: bool) -> Tuple[Tuple[int, int], _SharedEnv]:
         pid = os.getpid()
         for other, shared in list(_ENVS.items()):
             if shared.pid != pid:      # inherited over fork: unmaps the child's copy only
-                shared.close()
+                shared.close(inherited=True)
                 del _ENVS[other]
         shared = _ENVS.get(key)
         if shared is None:

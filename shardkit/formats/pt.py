@@ -104,6 +104,8 @@ class PTReader(ShardReader):
         self._crcs = arrays["crc32"]
         self._count = len(self._labels)
         self._compressed = schema.compression == "gzip"
+        #: Uncompressed bytes payloads were fully checked on open: reads slice and return them.
+        self._plain = not self._compressed and not schema.is_array
 
     def _corrupt(self, problem: str) -> CorruptShardError:
         return CorruptShardError(f"{self._path}: corrupt .pt shard: {problem}", path=self._path)
@@ -156,8 +158,11 @@ class PTReader(ShardReader):
         if not 0 <= index < self._count:
             raise IndexError(f"sample {index} out of range for shard of {self._count}")
         stored = self._data[self._offsets[index]:self._offsets[index + 1]]
-        payload = restore(self._schema, stored, int(self._raw_lengths[index]), self._compressed,
-                          self._path, index)
+        if self._plain:
+            payload = stored
+        else:
+            payload = restore(self._schema, stored, int(self._raw_lengths[index]), self._compressed,
+                              self._path, index)
         return Encoded(payload, int(self._labels[index]), int(self._crcs[index]))
 
     def labels(self) -> np.ndarray:

@@ -135,6 +135,22 @@ def test_a_forked_child_opens_its_own_environment(tmp_path: Path) -> None:
     parent.close()
 
 
+def test_fork_while_locks_are_held_does_not_hang_the_child(tmp_path: Path) -> None:
+    path = tmp_path / "s.lmdb"
+    samples = _samples(10, 5000)
+    _write(path, samples)
+    parent = FMT.open_reader(str(path), SCHEMA, {})
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_read_in_child, args=(str(path), queue))
+    with parent._shared.lock, lmdb_format._ENVS_LOCK:      # as if another thread were reading
+        child.start()
+    got = queue.get(timeout=60)
+    child.join(60)
+    assert child.exitcode == 0 and got == samples[4].payload
+    parent.close()
+
+
 def test_readahead_default_option_and_override(image_tree: Path, tmp_path: Path) -> None:
     assert FMT.default_options(SCHEMA, 1 << 20) == {"readahead": True}
     assert FMT.default_options(SCHEMA, 1 << 60) == {"readahead": False}
@@ -233,3 +249,13 @@ def test_truncated_to_a_page_boundary(tmp_path: Path) -> None:
     with pytest.raises(CorruptShardError, match="truncated") as caught:
         FMT.open_reader(str(path), SCHEMA, {})
     assert str(path) in str(caught.value)
+
+
+def test_empty_and_missing_files(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.lmdb"
+    empty.write_bytes(b"")
+    for path in (empty, tmp_path / "missing.lmdb"):
+        with pytest.raises(CorruptShardError) as caught:
+            FMT.open_reader(str(path), SCHEMA, {})
+        assert str(path) in str(caught.value)
+    assert not (tmp_path / "missing.lmdb").exists()

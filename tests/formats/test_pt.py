@@ -168,3 +168,12 @@ def test_compressed_length_claims_are_checked_before_inflating(tmp_path: Path) -
         with pytest.raises(CorruptShardError, match=message):
             reader.read(0)
         reader.close()
+
+
+def test_empty_and_missing_files(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.pt"
+    empty.write_bytes(b"")
+    for path in (empty, tmp_path / "missing.pt"):
+        with pytest.raises(CorruptShardError) as caught:
+            FMT.open_reader(str(path), SCHEMA, {})
+        assert str(path) in str(caught.value)
