@@ -1,6 +1,7 @@
 """The read side: a torch Dataset over a shardkit DST, for any registered format."""
 from __future__ import annotations
 
+import bisect
 import os
 from typing import Any, Callable, Dict, List, Optional
 
@@ -28,7 +29,7 @@ class ShardDataset(torch.utils.data.Dataset):
     def __init__(self, root: "str | os.PathLike[str]", decode: Optional[str] = "pil",
                  transform: Optional[Callable[[Any], Any]] = None,
                  target_transform: Optional[Callable[[Any], Any]] = None,
-                 verify_checksums: bool = False, max_open_shards: int = 128,
+                 verify_checksums: bool = False, max_open_shards: int = 128, as_dict: bool = False,
                  **format_options: Any) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self.manifest: Manifest = load_manifest(self.root)
@@ -47,7 +48,8 @@ class ShardDataset(torch.utils.data.Dataset):
         self.verify_checksums = verify_checksums
         self.max_open_shards = max_open_shards
         self._format_options: Dict[str, Any] = {**self.manifest.format_options, **format_options}
-        self._decoder = make_decoder(self.manifest.schema, decode)
+        self.as_dict = as_dict
+        self._decoder = self._make_decoder()
         self._labeled = self.manifest.schema.labeled
         shards = self.manifest.shards
         self._paths: List[str] = [os.path.join(self.root, entry.path) for entry in shards]
@@ -56,7 +58,11 @@ class ShardDataset(torch.utils.data.Dataset):
         #: shard_starts[k] is the global index of shard k's first sample; the last entry is len(self).
         self.shard_starts = np.zeros(len(shards) + 1, dtype=np.int64)
         np.cumsum(self._counts, out=self.shard_starts[1:])
+        self._starts: List[int] = self.shard_starts.tolist()   # one per shard; bisect on a list is fast
         self._length = int(self.shard_starts[-1])
+        # Readers got from HANDLES while its generation was _known_generation: all still open.
+        self._known: Dict[int, ShardReader] = {}
+        self._known_generation = -1
 
     # ---- metadata ----------------------------------------------------------------
     @property
@@ -74,6 +80,30 @@ class ShardDataset(torch.utils.data.Dataset):
         """The SampleSchema of every sample."""
         return self.manifest.schema
 
+    @property
+    def columns(self) -> List[str]:
+        """Tabular datasets: the stored column names, in as_dict order (features, then text columns)."""
+        return [column["name"] for column in self.manifest.schema.columns]
+
+    @property
+    def feature_names(self) -> List[str]:
+        """Tabular datasets: the column of each entry of the features tensor."""
+        return [column["name"] for column in self.manifest.schema.columns if column["type"] != "text"]
+
+    @property
+    def vocabularies(self) -> Dict[str, List[str]]:
+        """Tabular datasets: category column -> its values; a stored code indexes this list (-1: missing)."""
+        return {column["name"]: list(column.get("vocabulary", []))
+                for column in self.manifest.schema.columns if column["type"] == "category"}
+
+    def _make_decoder(self) -> Any:
+        if not self.as_dict:
+            return make_decoder(self.manifest.schema, self.decode)
+        if self.manifest.schema.kind != "tabular":
+            raise UsageError(f"{self.root}: as_dict=True applies to tabular (CSV) datasets only", path=self.root)
+        from .codecs.tabular import make_tabular_decoder
+        return make_tabular_decoder(self.manifest.schema, self.decode, as_dict=True)
+
     def __len__(self) -> int:
         return self._length
 
@@ -84,13 +114,21 @@ class ShardDataset(torch.utils.data.Dataset):
             index += self._length
         if not 0 <= index < self._length:
             raise IndexError(f"index {index} out of range for dataset of {self._length} samples")
-        shard = int(np.searchsorted(self.shard_starts, index, side="right")) - 1
-        return shard, index - int(self.shard_starts[shard])
+        shard = bisect.bisect_right(self._starts, index) - 1
+        return shard, index - self._starts[shard]
 
     def reader(self, shard: int) -> ShardReader:
         """The open reader of a shard (opened in this process on first use)."""
-        path = self._paths[shard]
-        return HANDLES.get(path, lambda: self._open(shard), self.max_open_shards)
+        generation = HANDLES.generation
+        if self._known_generation != generation:    # HANDLES closed a reader or the process changed
+            self._known = {}
+            self._known_generation = generation
+        reader = self._known.get(shard)
+        if reader is None:
+            reader = HANDLES.get(self._paths[shard], lambda: self._open(shard), self.max_open_shards)
+            if HANDLES.generation == generation:
+                self._known[shard] = reader
+        return reader
 
     def _open(self, shard: int) -> ShardReader:
         path = self._paths[shard]
@@ -122,6 +160,8 @@ class ShardDataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> Any:
         encoded = self.read_encoded(index)
         sample = self._decoder(encoded.payload)
+        if self.as_dict:
+            return self._as_dict(sample, encoded.label)
         if self.transform is not None:
             sample = self.transform(sample)
         if not self._labeled:
@@ -130,6 +170,13 @@ class ShardDataset(torch.utils.data.Dataset):
         if self.target_transform is not None:
             label = self.target_transform(label)
         return sample, label
+
+    def _as_dict(self, row: Dict[str, Any], label: Any) -> Any:
+        """as_dict=True: the label joins the row under its column name, then transform sees it all."""
+        if self._labeled:
+            row[self.manifest.schema.codec.get("label_column") or "label"] = \
+                self.target_transform(label) if self.target_transform is not None else label
+        return self.transform(row) if self.transform is not None else row
 
     def targets(self) -> np.ndarray:
         """All labels in index order (reads each shard's label table, no payloads)."""
@@ -140,11 +187,12 @@ class ShardDataset(torch.utils.data.Dataset):
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_decoder", None)     # rebuilt on unpickling; handles live in HANDLES, not here
+        state["_known"], state["_known_generation"] = {}, -1
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._decoder = make_decoder(self.manifest.schema, self.decode)
+        self._decoder = self._make_decoder()
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.root!r}, format={self.manifest.format_name}, "

@@ -22,6 +22,9 @@ class HandleCache:
         self._readers: "OrderedDict[str, ShardReader]" = OrderedDict()
         self._inherited: List[Any] = []
         self._lock = threading.RLock()
+        #: Changes whenever a reader handed out may have been closed or belong to another process,
+        #: so a caller may keep using the reader it got while the generation is unchanged.
+        self.generation = 0
 
     def get(self, key: str, opener: Callable[[], ShardReader], capacity: int) -> ShardReader:
         """The open reader for key, opening it (and closing the least recently used) if needed."""
@@ -36,6 +39,7 @@ class HandleCache:
             self._readers[key] = reader
             while len(self._readers) > max(1, capacity):
                 _, oldest = self._readers.popitem(last=False)
+                self.generation += 1
                 oldest.close()
             return reader
 
@@ -51,6 +55,12 @@ class HandleCache:
                     reader.close()
             self._readers = OrderedDict()
             self._pid = os.getpid()
+            self.generation += 1
+
+    def _after_fork_in_child(self) -> None:
+        # A lock held by another thread at fork time would stay held in the child forever.
+        self._lock = threading.RLock()
+        self.generation += 1
 
     def close_all(self) -> None:
         """Close every handle this process opened."""
@@ -61,6 +71,8 @@ class HandleCache:
 
 
 HANDLES = HandleCache()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=HANDLES._after_fork_in_child)
 
 
 def worker_init_fn(worker_id: int) -> None:

@@ -30,8 +30,8 @@ def main() -> None:
 
 
 def _register() -> None:
-    from . import convert_cmd, demo_cmd, info_cmd, merge_cmd, verify_cmd
-    for module in (convert_cmd, verify_cmd, info_cmd, merge_cmd, demo_cmd):
+    from . import bench_cmd, convert_cmd, demo_cmd, info_cmd, merge_cmd, verify_cmd
+    for module in (convert_cmd, verify_cmd, info_cmd, merge_cmd, bench_cmd, demo_cmd):
         main.add_command(module.command)
 
 

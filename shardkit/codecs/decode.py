@@ -25,6 +25,17 @@ def _decode_pil(payload: Payload) -> Any:
     return image.convert("RGB")
 
 
+def _stored_bytes(payload: Payload) -> bytes:
+    """An encoded payload as bytes: one copy out of the shard, which then pickles cheaply.
+
+    DataLoader workers pickle every sample; a numpy view costs several times more there
+    (benchmarks/read_throughput.py) than the one copy made here.
+    """
+    if type(payload) is bytes:
+        return payload
+    return payload.tobytes() if isinstance(payload, np.ndarray) else memoryview(payload).tobytes()
+
+
 def _pil_to_numpy(image: Any) -> np.ndarray:
     return np.asarray(image)
 
@@ -44,7 +55,7 @@ def make_decoder(schema: SampleSchema, mode: Optional[str]) -> Decoder:
         from .tabular import make_tabular_decoder  # noqa: F401 - provided by the tabular codec
         return make_tabular_decoder(schema, mode)
     if mode is None:
-        return lambda payload: payload
+        return (lambda payload: payload) if schema.is_array else _stored_bytes
     if schema.is_array:
         if mode == "numpy":
             return lambda payload: np.array(payload, copy=True)

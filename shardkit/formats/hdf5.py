@@ -149,10 +149,10 @@ class HDF5Reader(ShardReader):
             raise CorruptShardError(f"{path}: HDF5 shard is missing or damaged a dataset ({_short(exc)})",
                                     path=path) from None
         self._count = len(self._labels)
-        self._check_structure()
-        self._view: Optional[np.ndarray] = None
+        self._flat: Optional[np.ndarray] = None
         self._mmap: Optional[mmap.mmap] = None
-        self._map_contiguous()
+        self._check_structure()
+        self._map_chunks()
 
     def _check_structure(self) -> None:
         problem = None
@@ -172,28 +172,44 @@ class HDF5Reader(ShardReader):
             self.close()
             raise CorruptShardError(f"{self._path}: corrupt HDF5 shard: {problem}", path=self._path)
 
-    def _map_contiguous(self) -> None:
-        """mmap the data when it is uncompressed and its chunks lie back to back in the file."""
+    def _map_chunks(self) -> None:
+        """mmap uncompressed data and note where each chunk lies in the file.
+
+        HDF5 puts chunk-index nodes between the chunks (one after every 64 with the default
+        B-tree), so a large dataset is back to back only in runs of chunks. A sample inside one
+        run is served as a zero-copy view; one that straddles a gap is copied from its pieces.
+        """
         dset = self._data
-        if dset.size == 0 or dset.chunks is None or dset.compression or dset.shuffle or dset.fletcher32:
+        if (dset.size == 0 or dset.chunks is None or dset.compression or dset.shuffle or dset.fletcher32
+                or dset.scaleoffset or tuple(dset.chunks[1:]) != tuple(dset.shape[1:])):
             return
+        rows = int(dset.chunks[0])
+        row_bytes = int(np.prod(dset.shape[1:], dtype=np.int64)) * dset.dtype.itemsize
+        chunk_bytes = rows * row_bytes
+        count = -(-int(dset.shape[0]) // rows)
+        where = np.full(count, -1, dtype=np.int64)
+
+        def note(info: Any) -> None:
+            if info.size == chunk_bytes and info.filter_mask == 0:
+                where[info.chunk_offset[0] // rows] = info.byte_offset
+
         dsid = dset.id
-        chunk_bytes = int(np.prod(dset.chunks)) * dset.dtype.itemsize
-        count = dsid.get_num_chunks()
-        first = dsid.get_chunk_info(0).byte_offset
-        for k in (1, count // 2, count - 1):
-            if 0 < k < count and dsid.get_chunk_info(k).byte_offset != first + k * chunk_bytes:
-                return
-        if any(dsid.get_chunk_info(k).byte_offset != first + k * chunk_bytes for k in range(count)):
-            return
-        file_size = os.path.getsize(self._path)
-        needed = dset.size * dset.dtype.itemsize
-        if first + needed > file_size:
+        if hasattr(dsid, "chunk_iter"):
+            dsid.chunk_iter(note)
+        else:
+            for k in range(dsid.get_num_chunks()):
+                note(dsid.get_chunk_info(k))
+        if where.min() < 0 or int(where.max()) + chunk_bytes > os.path.getsize(self._path):
             return
         with open(self._path, "rb") as handle:
             self._mmap = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        flat = np.frombuffer(self._mmap, dtype=dset.dtype, count=dset.size, offset=first)
-        self._view = flat.reshape(dset.shape)
+        self._flat = np.frombuffer(self._mmap, dtype=np.uint8)
+        self._chunk_bytes = chunk_bytes
+        self._row_bytes = row_bytes
+        self._dtype = dset.dtype
+        # File position of logical byte x of chunk k is shift[k] + x; chunks of one run share a run id.
+        self._shift = (where - np.arange(count, dtype=np.int64) * chunk_bytes).tolist()
+        self._run = np.concatenate([[0], np.cumsum(np.diff(where) != chunk_bytes)]).tolist()
 
     def __len__(self) -> int:
         return self._count
@@ -201,18 +217,38 @@ class HDF5Reader(ShardReader):
     def read(self, index: int) -> Encoded:
         if not 0 <= index < self._count:
             raise IndexError(f"sample {index} out of range for shard of {self._count}")
-        source = self._view if self._view is not None else self._data
-        if self._offsets is None:
-            payload = source[index]
+        if self._flat is None:
+            payload = self._data[index] if self._offsets is None else \
+                self._data[self._offsets[index]:self._offsets[index + 1]]
+        elif self._offsets is None:
+            chunk = index * self._row_bytes // self._chunk_bytes
+            begin = self._shift[chunk] + index * self._row_bytes
+            payload = self._flat[begin:begin + self._row_bytes].view(self._dtype).reshape(self._schema.shape)
         else:
-            payload = source[self._offsets[index]:self._offsets[index + 1]]
+            begin, end = self._offsets[index:index + 2].tolist()
+            first = begin // self._chunk_bytes
+            if self._run[first] == self._run[max(begin, end - 1) // self._chunk_bytes]:
+                shift = self._shift[first]          # one run of back-to-back chunks: a view
+                payload = self._flat[shift + begin:shift + end]
+            else:
+                payload = self._pieces(begin, end)
         return Encoded(payload, int(self._labels[index]), int(self._crcs[index]))
+
+    def _pieces(self, begin: int, end: int) -> np.ndarray:
+        """Logical bytes [begin, end) of the packed stream, copied from chunks not back to back."""
+        size = self._chunk_bytes
+        first, last = begin // size, max(begin, end - 1) // size
+        pieces = []
+        for chunk in range(first, last + 1):
+            low, high = max(begin, chunk * size), min(end, (chunk + 1) * size)
+            pieces.append(self._flat[self._shift[chunk] + low:self._shift[chunk] + high])
+        return np.concatenate(pieces)
 
     def labels(self) -> np.ndarray:
         return self._labels
 
     def close(self) -> None:
-        self._view = None
+        self._flat = None
         if self._mmap is not None:
             try:
                 self._mmap.close()

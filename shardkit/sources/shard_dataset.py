@@ -48,6 +48,8 @@ class ShardDatasetSource(Source):
             used.insert(0, "image_mode")
         if getattr(options, "no_labels", False):
             used.append("no_labels")
+        if getattr(options, "background", None) not in (None, "#ffffff"):
+            used.append("background")
         if used:
             flags = ", ".join("--schema" if name == "schema_file" else "--" + name.replace("_", "-")
                               for name in used)

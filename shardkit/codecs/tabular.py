@@ -1,0 +1,315 @@
+"""Tabular codec: CSV field strings -> one stored payload per row, and payload -> features at read time.
+
+A row's non-text columns (numbers, integer columns, categorical codes) form one fixed-width
+vector (float32, or float64 when integer columns need exactness beyond 2**24). Without text
+columns that vector is the payload (layout "array"); with text columns the payload is a bytes
+record: the vector's little-endian bytes, then per text column a uint32 length and its UTF-8
+bytes (formats/record-tabular.md). Shared by every format.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import UsageError
+from ..records import Encoded, Payload
+from ..schema import LAYOUT_ARRAY, LAYOUT_BYTES, SampleSchema
+
+TABULAR_VERSION = 1
+COLUMN_TYPES = ("float", "int", "category", "text")
+#: Field values read as missing (after stripping spaces): NaN in float columns, code -1 in categories.
+MISSING_VALUES = frozenset({"", "NA", "N/A", "n/a", "na", "NaN", "nan", "NAN", "-nan", "-NaN",
+                            "null", "NULL", "Null", "None", "none", "<NA>", "#N/A"})
+#: Largest integer magnitude each vector dtype holds exactly.
+EXACT_INT = {"float32": 2 ** 24, "float64": 2 ** 53 - 1}
+_U32 = struct.Struct("<I")
+
+
+def is_missing(value: str) -> bool:
+    """Whether a field is one of the missing-value spellings (spaces around it ignored)."""
+    return value in MISSING_VALUES or value.strip() in MISSING_VALUES
+
+
+@dataclass(frozen=True)
+class Column:
+    """One stored column: name, type (float | int | category | text) and a category's vocabulary."""
+
+    name: str
+    type: str
+    vocabulary: Optional[Tuple[str, ...]] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The manifest entry of this column."""
+        data: Dict[str, Any] = {"name": self.name, "type": self.type}
+        if self.type == "category":
+            data["vocabulary"] = list(self.vocabulary or ())
+        return data
+
+
+@dataclass(frozen=True)
+class LabelSpec:
+    """The target column: integer labels kept as they are, or class names mapped to sorted indices."""
+
+    name: str
+    kind: str                          # "int" | "class"
+    classes: Tuple[str, ...] = ()
+
+
+@dataclass
+class EncodedBatch:
+    """The rows of one parsed chunk: a sample for each good row, a reason for each bad one."""
+
+    samples: List[Optional[Encoded]]
+    reasons: Dict[int, str]
+
+
+def parse_floats(values: Sequence[str]) -> Tuple[np.ndarray, Dict[int, str], np.ndarray]:
+    """float64 values (NaN for missing), bad positions with reasons, and the missing mask."""
+    count = len(values)
+    try:
+        parsed = np.array(values, dtype=np.float64).reshape(count)
+        return parsed, {}, np.zeros(count, dtype=bool)
+    except ValueError:
+        pass
+    missing = np.fromiter((v in MISSING_VALUES for v in values), dtype=bool, count=count)
+    cleaned = ["nan" if flag else v for v, flag in zip(values, missing.tolist())]
+    try:
+        return np.array(cleaned, dtype=np.float64).reshape(count), {}, missing
+    except ValueError:
+        pass
+    parsed = np.empty(count, dtype=np.float64)
+    bad: Dict[int, str] = {}
+    for index, value in enumerate(cleaned):
+        try:
+            parsed[index] = float(value)
+        except ValueError:
+            parsed[index] = np.nan
+            if is_missing(value):
+                missing[index] = True
+            else:
+                bad[index] = f"{_show(value)} is not a number"
+    return parsed, bad, missing
+
+
+def _show(value: str, limit: int = 40) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
+class TabularCodec:
+    """Turns the field strings of a chunk's rows into Encoded samples, column by column."""
+
+    def __init__(self, columns: Sequence[Column], dtype: str, label: Optional[LabelSpec]) -> None:
+        if dtype not in EXACT_INT:
+            raise UsageError(f"tabular vector dtype must be float32 or float64, not {dtype!r}")
+        self.features = [column for column in columns if column.type != "text"]
+        self.texts = [column for column in columns if column.type == "text"]
+        self.columns = self.features + self.texts
+        self.dtype = dtype
+        self.label = label
+        self._lookups = [_lookup(column.vocabulary or ()) if column.type == "category" else None
+                         for column in self.features]
+        self._class_lookup = _lookup(label.classes) if label is not None and label.kind == "class" else None
+        self._row_bytes = len(self.features) * np.dtype(dtype).itemsize
+
+    # ---- schema ---------------------------------------------------------------------
+    @property
+    def layout(self) -> str:
+        """array without text columns, bytes with them."""
+        return LAYOUT_BYTES if self.texts else LAYOUT_ARRAY
+
+    def schema(self) -> SampleSchema:
+        """The SampleSchema recorded in the manifest."""
+        codec = {"tabular_version": TABULAR_VERSION, "dtype": self.dtype, "num_features": len(self.features),
+                 "num_text": len(self.texts), "label_column": self.label.name if self.label else None,
+                 "label_type": self.label.kind if self.label else None,
+                 "missing_values": sorted(MISSING_VALUES)}
+        shape = (len(self.features),) if self.layout == LAYOUT_ARRAY else ()
+        return SampleSchema(kind="tabular", layout=self.layout, dtype=self.dtype, shape=shape,
+                            labeled=self.label is not None, codec=codec,
+                            columns=[column.to_dict() for column in self.columns])
+
+    def estimated_row_bytes(self, text_bytes: float = 0.0) -> int:
+        """Stored bytes of one row (exact without text columns)."""
+        if not self.texts:
+            return max(1, self._row_bytes)
+        return max(1, int(self._row_bytes + 4 * len(self.texts) + text_bytes))
+
+    # ---- encoding ---------------------------------------------------------------------
+    @property
+    def all_numeric(self) -> bool:
+        """Whether every stored column and the label are numbers (the parser's fast path applies)."""
+        return not self.texts and all(column.type != "category" for column in self.features) and \
+            (self.label is None or self.label.kind == "int")
+
+    def encode(self, columns: Sequence[Any], labels: Optional[Any], count: int) -> EncodedBatch:
+        """Samples for `count` rows given each stored column's values (self.columns order: field
+        strings, or a float64 array already parsed) and the label values."""
+        reasons: Dict[int, str] = {}
+        matrix = np.empty((count, len(self.features)), dtype=self.dtype)
+        for slot, column in enumerate(self.features):
+            matrix[:, slot] = self._convert(column, columns[slot], self._lookups[slot], reasons)
+        label_values = self._labels(labels, count, reasons) if self.label is not None else None
+        texts = columns[len(self.features):]
+        good = [index for index in range(count) if index not in reasons] if reasons else range(count)
+        if reasons:
+            matrix = matrix[np.asarray(good, dtype=np.int64)]
+        samples: List[Optional[Encoded]] = [None] * count
+        width = self._row_bytes
+        flat = memoryview(np.ascontiguousarray(matrix).reshape(-1).view(np.uint8))
+        crc32 = zlib.crc32
+        for row, index in enumerate(good):
+            label = -1 if label_values is None else int(label_values[index])
+            if texts:
+                payload: Payload = self._record(flat[row * width:(row + 1) * width], texts, index)
+                samples[index] = Encoded(payload, label, crc32(payload) & 0xFFFFFFFF)
+            else:
+                samples[index] = Encoded(matrix[row], label, crc32(flat[row * width:(row + 1) * width]) & 0xFFFFFFFF)
+        return EncodedBatch(samples, reasons)
+
+    def _convert(self, column: Column, values: Sequence[str], lookup: Optional[Dict[str, int]],
+                 reasons: Dict[int, str]) -> np.ndarray:
+        if column.type == "category":
+            assert lookup is not None
+            codes = np.fromiter(map(lookup.get, values, _repeat(-2, len(values))), dtype=np.int64,
+                                count=len(values))
+            for index in np.flatnonzero(codes == -2).tolist():
+                if is_missing(values[index]):
+                    codes[index] = -1
+                else:
+                    reasons.setdefault(index, f"column {column.name!r}: {_show(values[index])} is not in its "
+                                              "vocabulary")
+            return codes
+        parsed, bad, missing = _floats(values)
+        for index, why in bad.items():
+            reasons.setdefault(index, f"column {column.name!r}: {why}")
+        if column.type == "float":
+            return parsed.astype(np.float32)
+        limit = EXACT_INT[self.dtype]
+        with np.errstate(invalid="ignore"):
+            wrong = missing | (parsed != np.trunc(parsed)) | ~(np.abs(parsed) <= limit)
+        for index in np.flatnonzero(wrong).tolist():
+            if index in bad:
+                continue
+            value = _text(values, index)
+            if missing[index]:
+                why = "missing value in an integer column (declare it float in --schema to allow NaN)"
+            elif parsed[index] != np.trunc(parsed[index]) or not np.isfinite(parsed[index]):
+                why = f"{_show(value)} is not an integer"
+            else:
+                why = f"integer {value.strip()} does not fit {self.dtype} exactly (declare \"dtype\": " \
+                      "\"float64\" in --schema)" if self.dtype == "float32" else \
+                      f"integer {value.strip()} is beyond 2**53 and cannot be stored exactly"
+            reasons.setdefault(index, f"column {column.name!r}: {why}")
+        return parsed
+
+    def _labels(self, values: Optional[Sequence[str]], count: int, reasons: Dict[int, str]) -> np.ndarray:
+        assert self.label is not None and values is not None
+        name = self.label.name
+        if self.label.kind == "class":
+            assert self._class_lookup is not None
+            codes = np.fromiter(map(self._class_lookup.get, values, _repeat(-2, count)), dtype=np.int64, count=count)
+            for index in np.flatnonzero(codes < 0).tolist():
+                value = values[index]
+                why = "missing label" if is_missing(value) else f"label {_show(value)} is not one of the classes"
+                reasons.setdefault(index, f"column {name!r}: {why}")
+            return codes
+        parsed, bad, missing = _floats(values)
+        with np.errstate(invalid="ignore"):
+            wrong = missing | (parsed != np.trunc(parsed)) | ~(np.abs(parsed) <= EXACT_INT["float64"])
+        for index in np.flatnonzero(wrong).tolist():
+            value = _text(values, index)
+            why = "missing label" if missing[index] or is_missing(value) else \
+                bad.get(index, f"label {_show(value)} is not an integer")
+            reasons.setdefault(index, f"column {name!r}: {why}")
+        return np.where(wrong, -1, parsed).astype(np.int64)
+
+    def _record(self, vector: memoryview, texts: Sequence[Sequence[str]], index: int) -> bytes:
+        parts = [bytes(vector)]
+        for values in texts:
+            data = values[index].encode("utf-8")
+            parts.append(_U32.pack(len(data)))
+            parts.append(data)
+        return b"".join(parts)
+
+
+def _floats(values: Any) -> Tuple[np.ndarray, Dict[int, str], np.ndarray]:
+    """parse_floats, or an already parsed float64 array (the numeric fast path) as it is."""
+    if isinstance(values, np.ndarray):
+        return values, {}, np.zeros(len(values), dtype=bool)
+    return parse_floats(values)
+
+
+def _text(values: Any, index: int) -> str:
+    value = values[index]
+    return repr(float(value)) if isinstance(values, np.ndarray) else value
+
+
+def _lookup(names: Sequence[str]) -> Dict[str, int]:
+    return {name: index for index, name in enumerate(names)}
+
+
+def _repeat(value: int, count: int) -> Any:
+    import itertools
+    return itertools.repeat(value, count)
+
+
+# ---- reading ------------------------------------------------------------------------
+def split_record(payload: Payload, schema: SampleSchema) -> Tuple[np.ndarray, List[str]]:
+    """(feature vector as stored, text values) of one stored tabular payload."""
+    codec = schema.codec
+    dtype = np.dtype(codec.get("dtype", schema.dtype)).newbyteorder("<")
+    if schema.is_array:
+        return np.asarray(payload), []
+    buffer = memoryview(payload).cast("B") if not isinstance(payload, (bytes, bytearray)) else payload
+    count = int(codec.get("num_features", 0))
+    vector = np.frombuffer(buffer, dtype=dtype, count=count)
+    position = count * dtype.itemsize
+    texts: List[str] = []
+    for _ in range(int(codec.get("num_text", 0))):
+        (length,) = _U32.unpack_from(buffer, position)
+        position += 4
+        texts.append(bytes(buffer[position:position + length]).decode("utf-8"))
+        position += length
+    return vector, texts
+
+
+def make_tabular_decoder(schema: SampleSchema, mode: Optional[str], as_dict: bool = False) -> Callable[[Payload], Any]:
+    """Payload -> float32 feature tensor ("pil"/"tensor"), float32 numpy array ("numpy"),
+    the payload as stored (None), or with as_dict a {column: value} dict of every stored column."""
+    if schema.kind != "tabular":
+        raise UsageError(f"no decoder for samples of kind {schema.kind!r}")
+    if as_dict:
+        return _dict_decoder(schema)
+    if mode is None:
+        return lambda payload: payload
+    if mode == "numpy":
+        return lambda payload: np.array(split_record(payload, schema)[0], dtype=np.float32)
+
+    def to_tensor(payload: Payload) -> Any:
+        import torch
+        return torch.from_numpy(np.array(split_record(payload, schema)[0], dtype=np.float32))
+    return to_tensor
+
+
+def _dict_decoder(schema: SampleSchema) -> Callable[[Payload], Dict[str, Any]]:
+    names = [column["name"] for column in schema.columns]
+    kinds = [column["type"] for column in schema.columns]
+    features = [(name, kind) for name, kind in zip(names, kinds) if kind != "text"]
+    texts = [name for name, kind in zip(names, kinds) if kind == "text"]
+
+    def decode(payload: Payload) -> Dict[str, Any]:
+        vector, values = split_record(payload, schema)
+        row: Dict[str, Any] = {}
+        for (name, kind), value in zip(features, vector.tolist()):
+            row[name] = np.float32(value) if kind == "float" else np.int64(value)
+        row.update(zip(texts, values))
+        return row
+    return decode
+
+
+__all__ = ["COLUMN_TYPES", "Column", "EncodedBatch", "LabelSpec", "MISSING_VALUES", "TabularCodec",
+           "is_missing", "make_tabular_decoder", "parse_floats", "split_record"]

@@ -1,0 +1,159 @@
+"""CSV column types: inference from a bounded sample of rows, --schema overrides, vocabularies.
+
+Inference looks at the first SAMPLE_ROWS rows: a column whose values are all integers (none
+missing) is "int", all numbers or missing is "float", anything else is "category" — unless
+--text-columns names it. Streaming confirms it: a later value that contradicts the type makes
+its row bad. Vocabularies (and string label classes) are collected over every row.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
+
+import numpy as np
+
+from ..codecs.tabular import COLUMN_TYPES, EXACT_INT, MISSING_VALUES, Column, is_missing, parse_floats
+from ..errors import SourceError, UsageError
+
+SAMPLE_ROWS = 10_000
+#: A string column (or label) with more distinct values than this is refused as a category.
+MAX_CATEGORIES = 65_536
+_INT = re.compile(r"^\s*[+-]?\d+\s*$")
+
+
+@dataclass
+class SchemaOverrides:
+    """What --schema FILE fixes: column types (and vocabularies), the vector dtype, the classes."""
+
+    columns: Dict[str, Column] = field(default_factory=dict)
+    dtype: Optional[str] = None
+    classes: Optional[List[str]] = None
+
+
+def load_schema_file(path: Optional[str]) -> SchemaOverrides:
+    """Read --schema: {"columns": [{"name", "type", "vocabulary"?}], "dtype"?, "classes"?}, or a
+    shardkit manifest.json (its schema columns, dtype and classes are reused)."""
+    if not path:
+        return SchemaOverrides()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read --schema file ({exc.strerror or exc})", path=path) from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: --schema file is not valid JSON ({exc})", path=path) from None
+    if isinstance(data, dict) and "manifest_version" in data:
+        schema = data.get("schema", {})
+        data = {"columns": schema.get("columns", []), "dtype": schema.get("dtype"),
+                "classes": data.get("classes") or None}
+    if isinstance(data, list):
+        data = {"columns": data}
+    if not isinstance(data, dict) or not isinstance(data.get("columns", []), list):
+        raise UsageError(f"{path}: --schema must be a JSON object with a \"columns\" list", path=path)
+    overrides = SchemaOverrides()
+    for number, entry in enumerate(data.get("columns", [])):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise UsageError(f"{path}: columns[{number}] needs a \"name\"", path=path)
+        kind = entry.get("type")
+        if kind not in COLUMN_TYPES:
+            raise UsageError(f"{path}: column {entry['name']!r} has type {kind!r}; choose one of "
+                             f"{', '.join(COLUMN_TYPES)}", path=path)
+        vocabulary = entry.get("vocabulary")
+        if vocabulary is not None:
+            if kind != "category" or not isinstance(vocabulary, list) or \
+                    not all(isinstance(value, str) for value in vocabulary):
+                raise UsageError(f"{path}: column {entry['name']!r}: \"vocabulary\" must be a list of strings "
+                                 "of a category column", path=path)
+            if len(set(vocabulary)) != len(vocabulary):
+                raise UsageError(f"{path}: column {entry['name']!r}: the vocabulary repeats a value", path=path)
+            vocabulary = tuple(vocabulary)
+        overrides.columns[entry["name"]] = Column(entry["name"], kind, vocabulary)
+    dtype = data.get("dtype")
+    if dtype is not None and dtype not in EXACT_INT:
+        raise UsageError(f"{path}: \"dtype\" must be float32 or float64, not {dtype!r}", path=path)
+    overrides.dtype = dtype
+    classes = data.get("classes")
+    if classes is not None:
+        if not isinstance(classes, list) or not all(isinstance(name, str) for name in classes) or \
+                len(set(classes)) != len(classes):
+            raise UsageError(f"{path}: \"classes\" must be a list of distinct strings", path=path)
+        overrides.classes = list(classes)
+    return overrides
+
+
+def infer_type(values: Sequence[str]) -> str:
+    """float | int | category for a column's sampled values."""
+    parsed, bad, missing = parse_floats(values)
+    if bad:
+        return "category"
+    if missing.all():
+        return "float"
+    with np.errstate(invalid="ignore"):
+        integral = not missing.any() and bool(np.all(parsed == np.trunc(parsed))) and \
+            float(np.abs(parsed).max()) <= EXACT_INT["float64"]
+    if integral and all(_INT.match(value) for value in values):
+        return "int"
+    return "float"
+
+
+def needs_float64(values: Sequence[str]) -> bool:
+    """Whether an int column's sampled values go beyond what float32 holds exactly."""
+    parsed, _, _ = parse_floats(values)
+    return bool(len(parsed)) and float(abs(parsed).max()) > EXACT_INT["float32"]
+
+
+def infer_label_kind(name: str, values: Sequence[str], where: str) -> str:
+    """"int" when every sampled label is an integer (1 and 1.0 alike), "class" for names.
+    Non-integer numbers are refused: labels are integers or class names."""
+    present = [value for value in values if not is_missing(value)]
+    if not present:
+        return "int"
+    parsed, bad, _ = parse_floats(present)
+    if bad:
+        return "class"
+    fractional = [value for value, number in zip(present, parsed.tolist()) if number != int(number)] \
+        if all(abs(number) < float("inf") for number in parsed.tolist()) else present[:1]
+    if fractional:
+        raise UsageError(f"{where}: label column {name!r} holds non-integer numbers (e.g. {fractional[0]!r}); "
+                         "labels must be integers or class names — keep a regression target as a feature "
+                         "column instead")
+    return "int"
+
+
+class VocabularyCollector:
+    """Distinct values of some columns over every row, refusing more than MAX_CATEGORIES."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.values: Dict[str, Set[str]] = {name: set() for name in names}
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+    def update(self, name: str, values: Iterable[str], where: str) -> None:
+        seen = self.values[name]
+        seen.update(values)
+        if len(seen) > MAX_CATEGORIES + len(MISSING_VALUES):
+            present = {value for value in seen if not is_missing(value)}
+            if len(present) > MAX_CATEGORIES:
+                raise SourceError(f"{where}: column {name!r} has more than {MAX_CATEGORIES} distinct values; "
+                                  f"keep it as text (--text-columns {name}), leave it out (--columns), or give "
+                                  "its type in --schema")
+            self.values[name] = present
+
+    def result(self, name: str) -> List[str]:
+        """Sorted distinct non-missing values of a column."""
+        return sorted(value for value in self.values[name] if not is_missing(value))
+
+
+def describe_columns(columns: Sequence[Column]) -> Dict[str, Any]:
+    """Counts of columns per type, for the source summary."""
+    counts: Dict[str, int] = {}
+    for column in columns:
+        counts[column.type] = counts.get(column.type, 0) + 1
+    return counts
+
+
+__all__ = ["MAX_CATEGORIES", "SAMPLE_ROWS", "SchemaOverrides", "VocabularyCollector", "describe_columns",
+           "infer_label_kind", "infer_type", "load_schema_file", "needs_float64"]
