@@ -19,8 +19,11 @@ Measured per format, medians of --runs runs, ratios against HDF5 measured in the
 
 Cold numbers need root (drop_caches); without it they are skipped with a note.
 
-    PYTHONPATH=. python benchmarks/formats.py                       # ~3 min on 2 cores
-    PYTHONPATH=. python benchmarks/formats.py --images 36000 --unique 2000 --runs 1   # ~2 GB
+    PYTHONPATH=. python benchmarks/formats.py                       # 1.5-3 min on 2 cores
+    PYTHONPATH=. python benchmarks/formats.py --images 36000 --unique 2000 --runs 1 \
+        --warm-samples 0 --shard-size 256MB --miss-samples 100          # 2 GB, ~6 min + the tree
+
+Results and their reading: docs/formats.md.
 """
 from __future__ import annotations
 

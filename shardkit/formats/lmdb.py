@@ -192,6 +192,8 @@ def _acquire(path: str, readahead: bool) -> Tuple[Tuple[int, int], _SharedEnv]:
         stat = os.stat(path)
     except OSError as exc:
         raise CorruptShardError(f"{path}: cannot open LMDB shard ({exc.strerror})", path=path) from None
+    if stat.st_size == 0:
+        raise CorruptShardError(f"{path}: not a readable LMDB shard (empty file)", path=path)
     key = (stat.st_dev, stat.st_ino)
     with _ENVS_LOCK:
         pid = os.getpid()
