@@ -156,3 +156,18 @@ def test_options_for_raw_inputs_are_refused(dataset_dir: Path, tmp_path: Path) -
         with pytest.raises(shardkit.UsageError, match=f"{flag} cannot apply"):
             shardkit.convert(str(dataset_dir), str(tmp_path / "out"), format="pt", **kwargs)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_csv_dataset_reshards_with_its_columns(tmp_path: Path) -> None:
+    src = tmp_path / "rows.csv"
+    src.write_text("x,y,name,label\n1.5,2,foo,cat\n3,,bar,dog\n4.25,7,foo,cat\n-1,0.5,bar,dog\n")
+    first = tmp_path / "lmdb"
+    shardkit.convert(str(src), str(first), format="lmdb", label_column="label", compression="gzip", quiet=True)
+    again = tmp_path / "pt"
+    shardkit.convert(str(first), str(again), format="pt", samples_per_shard=3, quiet=True)
+    old, new = shardkit.open_dataset(first, decode=None), shardkit.open_dataset(again, decode=None)
+    assert new.schema.columns == old.schema.columns and new.classes == old.classes == ["cat", "dog"]
+    assert new.schema.compression == "none" and len(new.manifest.shards) == 2
+    for index in range(len(old)):
+        (a, label_a), (b, label_b) = old[index], new[index]
+        assert a.tobytes() == b.tobytes() and label_a == label_b
