@@ -1,8 +1,21 @@
-"""Read-time decoding: stored payload -> PIL image, HWC numpy array, CHW tensor, or as stored."""
+"""Read-time decoding: stored payload -> PIL image, HWC numpy array, CHW tensor, or as stored.
+
+Everything needed comes from the manifest's schema, so readers take no image flags:
+encoded images (passthrough, jpeg, png, webp) are decoded with the same colour handling as
+conversion (EXIF orientation, alpha over the recorded background, 8-bit RGB); raw arrays are
+returned without any decode.
+
+Zero-copy rule for raw arrays: a reader returns either a fresh array it does not keep
+(compressed data, decompressed per read) or a view of shared memory (an mmap). Fresh arrays
+are handed on as they are (tensor: torch.from_numpy, no copy); read-only views are handed on
+as read-only numpy arrays, and copied once for tensors, because torch has no read-only tensors
+and a write into a mapped shard would crash or change later reads.
+"""
 from __future__ import annotations
 
 import io
-from typing import Any, Callable, Optional
+import warnings
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
@@ -19,10 +32,18 @@ def _as_bytes_io(payload: Payload) -> io.BytesIO:
     return io.BytesIO(payload if isinstance(payload, (bytes, bytearray)) else memoryview(payload))
 
 
-def _decode_pil(payload: Payload) -> Any:
-    from PIL import Image
-    image = Image.open(_as_bytes_io(payload))
-    return image.convert("RGB")
+def _is_private(array: np.ndarray) -> bool:
+    """True for a fresh array nobody else holds: writable and owning its memory."""
+    return bool(array.flags.writeable and array.flags.owndata)
+
+
+def array_to_numpy(payload: Payload) -> np.ndarray:
+    """A raw payload as an HWC array without copying, unless it is a writable view of memory
+    the reader keeps (then a copy, so writes cannot reach later reads)."""
+    array = payload if isinstance(payload, np.ndarray) else np.asarray(payload)
+    if array.flags.writeable and not array.flags.owndata:
+        return np.array(array, copy=True)
+    return array
 
 
 def _stored_bytes(payload: Payload) -> bytes:
@@ -36,15 +57,39 @@ def _stored_bytes(payload: Payload) -> bytes:
     return payload.tobytes() if isinstance(payload, np.ndarray) else memoryview(payload).tobytes()
 
 
-def _pil_to_numpy(image: Any) -> np.ndarray:
-    return np.asarray(image)
-
-
-def _numpy_to_tensor(array: np.ndarray) -> Any:
+def array_to_tensor(payload: Payload) -> Any:
+    """A raw HWC payload as a CHW uint8 tensor: zero-copy for a fresh array, else one copy."""
     import torch
+    array = payload if isinstance(payload, np.ndarray) else np.asarray(payload)
     if array.ndim == 2:
         array = array[:, :, None]
-    return torch.from_numpy(np.array(array, copy=True)).permute(2, 0, 1)
+    if not _is_private(array):
+        array = np.array(array, copy=True)
+    return torch.from_numpy(array).permute(2, 0, 1)
+
+
+def _background(schema: SampleSchema) -> Tuple[int, int, int]:
+    from .image import DEFAULT_BACKGROUND, parse_background
+    return parse_background(schema.codec.get("background", DEFAULT_BACKGROUND))
+
+
+def make_image_decoder(background: Tuple[int, int, int] = (255, 255, 255)) -> Callable[[Payload], Any]:
+    """payload bytes -> upright 8-bit RGB PIL image (the conversion's colour handling)."""
+    def decode(payload: Payload) -> Any:
+        from PIL import Image
+
+        from .image import apply_orientation, to_rgb
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)     # Pillow's notes on odd metadata (EXIF)
+            image = Image.open(_as_bytes_io(payload))
+            image.load()
+        return to_rgb(apply_orientation(image), background)
+    return decode
+
+
+def _pil_to_tensor(image: Any) -> Any:
+    import torch
+    return torch.from_numpy(np.array(image)).permute(2, 0, 1)
 
 
 def make_decoder(schema: SampleSchema, mode: Optional[str]) -> Decoder:
@@ -58,16 +103,17 @@ def make_decoder(schema: SampleSchema, mode: Optional[str]) -> Decoder:
         return (lambda payload: payload) if schema.is_array else _stored_bytes
     if schema.is_array:
         if mode == "numpy":
-            return lambda payload: np.array(payload, copy=True)
+            return array_to_numpy
         if mode == "tensor":
-            return _numpy_to_tensor
+            return array_to_tensor
         from PIL import Image
         return lambda payload: Image.fromarray(np.ascontiguousarray(payload))
+    decode_pil = make_image_decoder(_background(schema))
     if mode == "pil":
-        return _decode_pil
+        return decode_pil
     if mode == "numpy":
-        return lambda payload: _pil_to_numpy(_decode_pil(payload))
-    return lambda payload: _numpy_to_tensor(_pil_to_numpy(_decode_pil(payload)))
+        return lambda payload: np.asarray(decode_pil(payload))
+    return lambda payload: _pil_to_tensor(decode_pil(payload))
 
 
 def check_payload_decodes(schema: SampleSchema, payload: Payload) -> None:

@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..codecs.image import ImageCodec, image_extensions, make_image_codec
+from ..codecs.image import DEFAULT_BACKGROUND, ImageCodec, image_extensions, make_image_codec
 from ..errors import SampleError, SourceError, UsageError
 from ..records import Encoded
 from .base import Converted, Outcome, Skipped, Source
@@ -103,7 +103,7 @@ class ImageTreeSource(Source):
 
     # ---- Source interface -------------------------------------------------------------
     def item_sizes(self) -> np.ndarray:
-        return self._stats[:, 0]
+        return self.codec.stored_bytes(self._stats[:, 0])
 
     def summary(self) -> Dict[str, Any]:
         return dict(self._summary)
@@ -135,7 +135,14 @@ class ImageTreeSource(Source):
 
 
 def _codec_options(options: Any) -> Dict[str, Any]:
-    return {"mode": getattr(options, "image_mode", "passthrough") or "passthrough"}
+    """ConvertOptions -> make_image_codec keywords (the codec validates their combination)."""
+    size = getattr(options, "size", None)
+    background = getattr(options, "background", None)
+    return {"mode": getattr(options, "image_mode", "passthrough") or "passthrough",
+            "resize": getattr(options, "resize", None),
+            "size": tuple(size) if size else None,
+            "quality": getattr(options, "quality", None),
+            "background": DEFAULT_BACKGROUND if background is None else background}
 
 
 def _items_from_folders(root: str, images: List[str]) -> Tuple[List[Tuple[str, int]], List[str], int, List[str]]:
