@@ -122,6 +122,8 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
     options.validate()
     started = time.monotonic()
     src, dst = os.fspath(src), os.fspath(dst)
+    if os.path.realpath(src) == os.path.realpath(dst):
+        raise UsageError(f"{dst}: DST is SRC; write the converted dataset to another folder", path=dst)
     Journal(dst).check_unlocked()
     source = open_source(src, options)
     fmt = get_format(options.format)

@@ -9,6 +9,8 @@ from .base import ShardFormat, ShardReader, ShardWriter
 
 _REGISTRY: Dict[str, str] = {
     "hdf5": "shardkit.formats.hdf5",
+    "lmdb": "shardkit.formats.lmdb",
+    "pt": "shardkit.formats.pt",
 }
 
 

@@ -11,10 +11,14 @@ from .base import Converted, Skipped, Source
 
 
 def open_source(src: str, options: Any) -> Source:
-    """The Source for SRC: a CSV file or CSV tree, or an image tree (with or without a labels CSV)."""
+    """The Source for SRC: a shardkit dataset (it has a manifest.json), a CSV file or CSV tree,
+    or an image tree (with or without a labels CSV)."""
     import os
     if not os.path.exists(src):
         raise UsageError(f"{src}: no such file or directory", path=src)
+    if os.path.isfile(os.path.join(src, "manifest.json")):
+        from .shard_dataset import ShardDatasetSource
+        return ShardDatasetSource.open(src, options)
     from .csv_table import CsvTableSource, holds_csv_tree, is_csv_path
     if os.path.isfile(src) and is_csv_path(src):
         return CsvTableSource.scan(src, options)

@@ -1,0 +1,194 @@
+"""PyTorch .pt shards: one torch.save file per shard holding packed tensors and plain metadata.
+
+Layout (formats/pt.md is the byte-level contract), a dict with keys in this order:
+  shardkit_format "pt", format_version, layout, dtype, shape, compression, num_samples (plain types)
+  data         uint8 (total,)   every stored payload back to back (zlib streams when compressed)
+  offsets      int64 (N+1,)     sample i is data[offsets[i]:offsets[i+1]]
+  raw_lengths  int64 (N,)       payload length before compression
+  labels       int64 (N,)       -1 when unlabeled
+  crc32        int64 (N,)       zlib CRC-32 of the uncompressed payload (0 .. 2**32-1)
+Readers use torch.load(path, mmap=True, weights_only=True) (torch >= 2.1): tensors stay in the
+file's mapping, so a random read touches only its own pages and memory stays flat with shards.
+"""
+from __future__ import annotations
+
+import os
+from array import array
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+
+from ..errors import CorruptShardError
+from ..records import Encoded
+from ..schema import SampleSchema
+from .base import ShardFormat, ShardReader, ShardWriter
+from .packing import check_per_sample_compression, compress, payload_bytes, restore
+
+_TENSORS = {"data": torch.uint8, "offsets": torch.int64, "raw_lengths": torch.int64,
+            "labels": torch.int64, "crc32": torch.int64}
+
+
+def _tensor(buffer: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor sharing a non-empty buffer's memory (torch.frombuffer refuses empty ones)."""
+    if len(buffer) == 0:
+        return torch.zeros(0, dtype=dtype)
+    return torch.frombuffer(buffer, dtype=dtype)
+
+
+class PTWriter(ShardWriter):
+    """Packs payloads into one growing byte buffer; torch.save writes everything at close."""
+
+    def __init__(self, path: str, schema: SampleSchema) -> None:
+        self._path = path
+        self._schema = schema
+        self._data: Optional[bytearray] = bytearray()
+        self._offsets = array("q", [0])
+        self._raw_lengths = array("q")
+        self._labels = array("q")
+        self._crcs = array("q")
+
+    def append(self, sample: Encoded) -> None:
+        if self._data is None:
+            raise ValueError(f"{self._path}: append after close")
+        raw = payload_bytes(self._schema, sample.payload)
+        stored, _ = compress(self._schema, raw)
+        self._data += stored
+        self._offsets.append(len(self._data))
+        self._raw_lengths.append(len(raw))
+        self._labels.append(int(sample.label))
+        self._crcs.append(int(sample.crc32) & 0xFFFFFFFF)
+
+    def close(self) -> None:
+        if self._data is None:
+            return
+        schema = self._schema
+        shard = {
+            "shardkit_format": FORMAT.name, "format_version": FORMAT.version, "layout": schema.layout,
+            "dtype": schema.dtype if schema.is_array else None,
+            "shape": list(schema.shape) if schema.is_array else None,
+            "compression": schema.compression, "num_samples": len(self._labels),
+            "data": _tensor(self._data, torch.uint8), "offsets": _tensor(self._offsets, torch.int64),
+            "raw_lengths": _tensor(self._raw_lengths, torch.int64), "labels": _tensor(self._labels, torch.int64),
+            "crc32": _tensor(self._crcs, torch.int64),
+        }
+        # A file object (not a path) keeps the archive's inner folder name fixed ("archive"),
+        # so the bytes do not depend on the (temporary) file name.
+        with open(self._path, "wb") as handle:
+            torch.save(shard, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        del shard
+        self._data = None
+
+    def abort(self) -> None:
+        self._data = None
+
+
+class PTReader(ShardReader):
+    """Random access into the mmap'd tensors; uncompressed payloads are zero-copy read-only views."""
+
+    def __init__(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> None:
+        self._path = path
+        self._schema = schema
+        try:
+            shard = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - torch raises many types for a damaged archive
+            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise CorruptShardError(f"{path}: not a readable .pt shard ({text[:200]})", path=path) from None
+        arrays = self._check_structure(shard)
+        self._data = arrays["data"]
+        self._offsets = arrays["offsets"]
+        self._raw_lengths = arrays["raw_lengths"]
+        self._labels = arrays["labels"]
+        self._crcs = arrays["crc32"]
+        self._count = len(self._labels)
+        self._compressed = schema.compression == "gzip"
+        #: Uncompressed bytes payloads were fully checked on open: reads slice and return them.
+        self._plain = not self._compressed and not schema.is_array
+
+    def _corrupt(self, problem: str) -> CorruptShardError:
+        return CorruptShardError(f"{self._path}: corrupt .pt shard: {problem}", path=self._path)
+
+    def _check_structure(self, shard: Any) -> Dict[str, np.ndarray]:
+        schema = self._schema
+        if not isinstance(shard, dict):
+            raise self._corrupt(f"holds a {type(shard).__name__}, not a dict")
+        expected = {"shardkit_format": FORMAT.name, "layout": schema.layout, "compression": schema.compression,
+                    "dtype": schema.dtype if schema.is_array else None,
+                    "shape": list(schema.shape) if schema.is_array else None}
+        for name, value in expected.items():
+            if shard.get(name) != value:
+                raise self._corrupt(f"{name} is {shard.get(name)!r}, expected {value!r}")
+        version, count = shard.get("format_version"), shard.get("num_samples")
+        if not isinstance(version, int) or not 1 <= version <= FORMAT.version:
+            raise self._corrupt(f"format version {version!r}; this shardkit reads up to {FORMAT.version}")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise self._corrupt(f"num_samples is {count!r}")
+        arrays: Dict[str, np.ndarray] = {}
+        for name, dtype in _TENSORS.items():
+            tensor = shard.get(name)
+            if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype or tensor.dim() != 1 \
+                    or not tensor.is_contiguous() or tensor.device.type != "cpu":
+                raise self._corrupt(f"{name} is not a 1-D {dtype} tensor")
+            array_ = tensor.numpy()
+            array_.flags.writeable = False
+            arrays[name] = array_
+        offsets, raw = arrays["offsets"], arrays["raw_lengths"]
+        problem = None
+        if len(offsets) != count + 1 or len(raw) != count or len(arrays["labels"]) != count \
+                or len(arrays["crc32"]) != count:
+            problem = "tensor lengths do not match num_samples"
+        elif offsets[0] != 0 or offsets[-1] != len(arrays["data"]) or np.any(np.diff(offsets) < 0):
+            problem = "offsets are not increasing within the data"
+        elif count and (raw.min() < 0 or arrays["crc32"].min() < 0 or arrays["crc32"].max() > 0xFFFFFFFF):
+            problem = "negative lengths or CRCs out of range"
+        elif schema.is_array and np.any(raw != schema.sample_nbytes):
+            problem = f"array payloads are not {schema.sample_nbytes} bytes"
+        elif schema.compression == "none" and np.any(np.diff(offsets) != raw):
+            problem = "stored and raw lengths differ in an uncompressed shard"
+        if problem:
+            raise self._corrupt(problem)
+        return arrays
+
+    def __len__(self) -> int:
+        return self._count
+
+    def read(self, index: int) -> Encoded:
+        if not 0 <= index < self._count:
+            raise IndexError(f"sample {index} out of range for shard of {self._count}")
+        stored = self._data[self._offsets[index]:self._offsets[index + 1]]
+        if self._plain:
+            payload = stored
+        else:
+            payload = restore(self._schema, stored, int(self._raw_lengths[index]), self._compressed,
+                              self._path, index)
+        return Encoded(payload, int(self._labels[index]), int(self._crcs[index]))
+
+    def labels(self) -> np.ndarray:
+        return self._labels
+
+    def close(self) -> None:
+        # Dropping the tensors unmaps the file once no returned view still uses it.
+        self._data = self._offsets = self._raw_lengths = self._labels = self._crcs = np.zeros(0)
+        self._count = 0
+
+
+class PTFormat(ShardFormat):
+    """One .pt file per shard, readable with torch alone."""
+
+    name = "pt"
+    version = 1
+    extension = ".pt"
+
+    def check(self, schema: SampleSchema) -> None:
+        check_per_sample_compression(self.name, schema)
+
+    def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardWriter:
+        return PTWriter(path, schema)
+
+    def open_reader(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardReader:
+        return PTReader(path, schema, options)
+
+
+FORMAT = PTFormat()

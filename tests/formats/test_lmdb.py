@@ -1,0 +1,261 @@
+"""LMDB specifics: map growth and a tight file, shared environments, fork, readahead, damage."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import struct
+import zlib
+from pathlib import Path
+
+import lmdb
+import numpy as np
+import pytest
+
+import shardkit
+from shardkit.errors import CorruptShardError, UsageError
+from shardkit.formats import get_format
+from shardkit.formats import lmdb as lmdb_format
+from shardkit.handles import HANDLES
+from shardkit.records import Encoded
+from shardkit.schema import SampleSchema
+
+FMT = get_format("lmdb")
+SCHEMA = SampleSchema(kind="image")
+
+
+def _samples(count: int, size: int, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    return [Encoded.make(rng.integers(0, 256, size + index, dtype=np.uint8).tobytes(), index % 5)
+            for index in range(count)]
+
+
+def _write(path: Path, samples: list, schema: SampleSchema = SCHEMA) -> None:
+    writer = FMT.open_writer(str(path), schema, {})
+    for sample in samples:
+        writer.append(sample)
+    writer.close()
+
+
+def _payload(encoded: Encoded) -> bytes:
+    return bytes(memoryview(encoded.payload))
+
+
+def test_map_grows_past_its_start_and_the_file_stays_tight(tmp_path: Path) -> None:
+    samples = _samples(48, 600_000)        # ~29 MB: past the 16 MiB first map, over one 32 MiB batch
+    path = tmp_path / "big.lmdb"
+    _write(path, samples)
+    psize = 4096
+    needed = sum(-(-(32 + len(s.payload) + 16) // psize) * psize for s in samples)
+    assert needed < os.path.getsize(path) <= needed + 32 * psize
+    reader = FMT.open_reader(str(path), SCHEMA, {})
+    assert [_payload(reader.read(i)) == s.payload for i, s in enumerate(samples)] == [True] * len(samples)
+    reader.close()
+
+
+def test_many_small_transactions_and_map_full_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    samples = _samples(300, 3000)
+    _write(tmp_path / "plain.lmdb", samples)
+    # Tiny batches and no size estimate: many commits, and every growth goes through MapFullError.
+    monkeypatch.setattr(lmdb_format, "BATCH_SAMPLES", 7)
+    monkeypatch.setattr(lmdb_format, "INITIAL_MAP_SIZE", 64 << 10)
+    monkeypatch.setattr(lmdb_format.LMDBWriter, "_estimate", lambda self, batch: 0)
+    for name in ("a.lmdb", "b.lmdb"):
+        _write(tmp_path / name, samples)
+    assert (tmp_path / "a.lmdb").read_bytes() == (tmp_path / "b.lmdb").read_bytes()
+    reader = FMT.open_reader(str(tmp_path / "a.lmdb"), SCHEMA, {})
+    assert all(_payload(reader.read(i)) == s.payload for i, s in enumerate(samples))
+    reader.close()
+    env = lmdb.open(str(tmp_path / "a.lmdb"), subdir=False, readonly=True, lock=False)
+    assert env.info()["last_txnid"] > 40
+    env.close()
+
+
+def test_records_and_reserved_keys_as_documented(tmp_path: Path) -> None:
+    schema = SampleSchema(kind="image", compression="gzip", compression_level=9)
+    samples = [Encoded.make(b"abc" * 1000, 3), Encoded.make(b"", -1)]
+    path = tmp_path / "s.lmdb"
+    _write(path, samples, schema)
+    env = lmdb.open(str(path), subdir=False, readonly=True, lock=False)
+    with env.begin() as txn:
+        keys = [key for key, _ in txn.cursor()]
+        assert keys == [(0).to_bytes(8, "big"), (1).to_bytes(8, "big"), b"__labels__", b"__meta__"]
+        meta = json.loads(txn.get(b"__meta__"))
+        assert meta == {"shardkit_format": "lmdb", "format_version": 1, "layout": "bytes", "dtype": None,
+                        "shape": None, "compression": "gzip", "num_samples": 2}
+        assert np.frombuffer(txn.get(b"__labels__"), "<i8").tolist() == [3, -1]
+        value = txn.get((0).to_bytes(8, "big"))
+        magic, version, flags, crc, label, raw, stored = struct.unpack_from("<2sBBIqQQ", value)
+        assert (magic, version, flags, label, raw, stored) == (b"SK", 1, 1, 3, 3000, len(value) - 32)
+        assert value[32:] == zlib.compress(b"abc" * 1000, 9) and crc == zlib.crc32(b"abc" * 1000)
+    env.close()
+
+
+def test_lzf_is_refused(image_tree: Path, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="lzf"):
+        shardkit.convert(str(image_tree), str(tmp_path / "out"), format="lmdb", compression="lzf", quiet=True)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_two_readers_of_one_file_share_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "s.lmdb"
+    samples = _samples(10, 100)
+    _write(path, samples)
+    first = FMT.open_reader(str(path), SCHEMA, {})
+    second = FMT.open_reader(str(path), SCHEMA, {})
+    first.close()
+    assert _payload(second.read(9)) == samples[9].payload
+    second.close()
+    third = FMT.open_reader(str(path), SCHEMA, {})     # the last close really closed it
+    assert len(third) == 10
+    third.close()
+    assert sorted(os.listdir(tmp_path)) == ["s.lmdb"]     # readers leave no lock file
+
+
+def _read_in_child(path: str, queue: "multiprocessing.Queue") -> None:
+    reader = FMT.open_reader(path, SCHEMA, {})
+    queue.put(_payload(reader.read(4)))
+    reader.close()
+
+
+def test_a_forked_child_opens_its_own_environment(tmp_path: Path) -> None:
+    path = tmp_path / "s.lmdb"
+    samples = _samples(10, 5000)
+    _write(path, samples)
+    parent = FMT.open_reader(str(path), SCHEMA, {})
+    parent.read(0)
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_read_in_child, args=(str(path), queue))
+    child.start()
+    got = queue.get(timeout=60)
+    child.join(60)
+    assert child.exitcode == 0 and got == samples[4].payload
+    assert _payload(parent.read(7)) == samples[7].payload      # the child's close left ours alone
+    parent.close()
+
+
+def test_fork_while_locks_are_held_does_not_hang_the_child(tmp_path: Path) -> None:
+    path = tmp_path / "s.lmdb"
+    samples = _samples(10, 5000)
+    _write(path, samples)
+    parent = FMT.open_reader(str(path), SCHEMA, {})
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_read_in_child, args=(str(path), queue))
+    with parent._shared.lock, lmdb_format._ENVS_LOCK:      # as if another thread were reading
+        child.start()
+    got = queue.get(timeout=60)
+    child.join(60)
+    assert child.exitcode == 0 and got == samples[4].payload
+    parent.close()
+
+
+def test_readahead_default_option_and_override(image_tree: Path, tmp_path: Path) -> None:
+    assert FMT.default_options(SCHEMA, 1 << 20) == {"readahead": True}
+    assert FMT.default_options(SCHEMA, 1 << 60) == {"readahead": False}
+    dst = tmp_path / "out"
+    shardkit.convert(str(image_tree), str(dst), format="lmdb", samples_per_shard=40, readahead=False, quiet=True)
+    assert json.loads((dst / "manifest.json").read_text())["format_options"] == {"readahead": False}
+    HANDLES.close_all()
+    plain = shardkit.open_dataset(dst, decode=None)
+    assert plain.reader(0).readahead is False
+    reference = [_payload(plain.read_encoded(i)) for i in range(len(plain))]
+    HANDLES.close_all()
+    forced = shardkit.open_dataset(dst, decode=None, readahead=True)
+    assert forced.reader(1).readahead is True
+    assert [_payload(forced.read_encoded(i)) for i in range(len(forced))] == reference
+    HANDLES.close_all()
+
+
+def test_both_readahead_settings_read_the_same_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "s.lmdb"
+    samples = _samples(6, 200_000)
+    _write(path, samples)
+    for readahead in (False, True):
+        reader = FMT.open_reader(str(path), SCHEMA, {"readahead": readahead})
+        assert reader.readahead is readahead
+        assert all(_payload(reader.read(i)) == s.payload for i, s in enumerate(samples))
+        reader.close()
+
+
+def test_arrays_come_back_read_only(tmp_path: Path) -> None:
+    schema = SampleSchema(kind="tabular", layout="array", dtype="float32", shape=(6,), compression="gzip")
+    arrays = [np.arange(6, dtype=np.float32) * k for k in range(5)]
+    path = tmp_path / "a.lmdb"
+    _write(path, [Encoded.make(a, 0) for a in arrays], schema)
+    reader = FMT.open_reader(str(path), schema, {})
+    got = reader.read(3).payload
+    assert got.dtype == np.float32 and not got.flags.writeable
+    np.testing.assert_array_equal(got, arrays[3])
+    reader.close()
+
+
+def _rewrite(path: Path, change) -> None:
+    env = lmdb.open(str(path), subdir=False, lock=False)
+    with env.begin(write=True) as txn:
+        change(txn)
+    env.close()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda txn: txn.put(b"__meta__", b"{not json"), "not JSON"),
+    (lambda txn: txn.put(b"__meta__", json.dumps({"shardkit_format": "lmdb", "format_version": 9, "layout": "bytes",
+                                                  "dtype": None, "shape": None, "compression": "none",
+                                                  "num_samples": 10}).encode()), "format version 9"),
+    (lambda txn: txn.delete((4).to_bytes(8, "big")), "entries for 10 samples"),
+    (lambda txn: txn.put(b"__labels__", b"\x00" * 8), "label table"),
+    (lambda txn: txn.delete(b"__meta__"), "no metadata"),
+])
+def test_malformed_shards_are_refused_on_open(tmp_path: Path, change, message: str) -> None:
+    path = tmp_path / "s.lmdb"
+    _write(path, _samples(10, 100))
+    _rewrite(path, change)
+    with pytest.raises(CorruptShardError, match=message) as caught:
+        FMT.open_reader(str(path), SCHEMA, {})
+    assert str(path) in str(caught.value)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    (0, b"XK", "bad record header"),
+    (24, struct.pack("<Q", 10 ** 12), "does not match the record"),
+    (16, struct.pack("<Q", 10 ** 12), "corrupt record"),
+    (8, struct.pack("<q", 4), "does not match the record"),
+])
+def test_damaged_record_header_names_the_sample(tmp_path: Path, field: int, value: bytes, message: str) -> None:
+    path = tmp_path / "s.lmdb"
+    samples = _samples(10, 5000)
+    _write(path, samples)
+    header = struct.pack("<2sBBI", b"SK", 1, 0, samples[6].crc32)
+    data = path.read_bytes()
+    offset = data.find(header)
+    assert offset > 0 and data.count(header) == 1
+    with open(path, "r+b") as handle:
+        handle.seek(offset + field)
+        handle.write(value)
+    reader = FMT.open_reader(str(path), SCHEMA, {})
+    assert _payload(reader.read(5)) == samples[5].payload
+    with pytest.raises(CorruptShardError, match=message) as caught:
+        reader.read(6)
+    assert str(path) in str(caught.value) and "sample 6" in str(caught.value)
+    reader.close()
+
+
+def test_truncated_to_a_page_boundary(tmp_path: Path) -> None:
+    path = tmp_path / "s.lmdb"
+    _write(path, _samples(20, 9000))
+    with open(path, "r+b") as handle:
+        handle.truncate(os.path.getsize(path) - 4096 * 3)
+    with pytest.raises(CorruptShardError, match="truncated") as caught:
+        FMT.open_reader(str(path), SCHEMA, {})
+    assert str(path) in str(caught.value)
+
+
+def test_empty_and_missing_files(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.lmdb"
+    empty.write_bytes(b"")
+    for path in (empty, tmp_path / "missing.lmdb"):
+        with pytest.raises(CorruptShardError) as caught:
+            FMT.open_reader(str(path), SCHEMA, {})
+        assert str(path) in str(caught.value)
+    assert not (tmp_path / "missing.lmdb").exists()
