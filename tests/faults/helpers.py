@@ -50,6 +50,15 @@ def start_cli(*args: object, env_extra: Optional[Dict[str, str]] = None, **popen
                             **popen)
 
 
+def done_records(dst: Path) -> int:
+    """How many shards a running conversion has recorded as finished (0 once its journal is gone:
+    the folder may vanish while it is listed, at the end of a run)."""
+    try:
+        return sum(1 for name in os.listdir(dst / ".shardkit" / "done") if name.startswith("shard-"))
+    except OSError:
+        return 0
+
+
 def timed_run(args: Sequence[object], dst: Path) -> Tuple[float, float]:
     """Run `shardkit ARGS` to the end, noting when its plan record appeared in dst (the
     conversion proper starts) and when it ended: (plan seconds, end seconds) from the start.

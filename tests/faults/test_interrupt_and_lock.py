@@ -15,15 +15,10 @@ import pytest
 
 from shardkit.formats import format_names
 
-from .helpers import (EPOCH, SHARD, assert_no_traceback, convert_args, error_lines, run_cli, session_processes,
-                      start_cli, tree_bytes, wait_for)
+from .helpers import (EPOCH, SHARD, assert_no_traceback, convert_args, done_records, error_lines, run_cli,
+                      session_processes, start_cli, tree_bytes, wait_for)
 
 FORMATS = format_names()
-
-
-def _done(dst: Path) -> int:
-    folder = dst / ".shardkit" / "done"
-    return len(list(folder.glob("shard-*.json"))) if folder.is_dir() else 0
 
 
 def _temps(dst: Path) -> List[str]:
@@ -69,7 +64,7 @@ def _interrupt(process_tree: Path, reference: tuple, fmt: str, tmp_path: Path, w
     args = convert_args(process_tree, dst, fmt, workers)
     proc = start_cli(*args, env_extra=EPOCH)
     try:
-        assert wait_for(lambda: _done(dst) >= 2 or proc.poll() is not None, timeout=60)
+        assert wait_for(lambda: done_records(dst) >= 2 or proc.poll() is not None, timeout=60)
         assert proc.poll() is None, "the run ended before it could be interrupted"
         if target == "group":
             os.killpg(proc.pid, signal.SIGINT)       # what a terminal's Ctrl-C does
@@ -78,7 +73,7 @@ def _interrupt(process_tree: Path, reference: tuple, fmt: str, tmp_path: Path, w
             assert wait_for(lambda: len(_workers_of(proc.pid)) == workers, timeout=30)
             os.kill(_workers_of(proc.pid)[0], signal.SIGSTOP)
             os.kill(proc.pid, signal.SIGINT)
-        done_at_signal = _done(dst)
+        done_at_signal = done_records(dst)
         stdout, stderr = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
@@ -91,7 +86,7 @@ def _interrupt(process_tree: Path, reference: tuple, fmt: str, tmp_path: Path, w
     assert wait_for(lambda: not session_processes(proc.pid), timeout=10), "a worker outlived Ctrl-C"
     assert not (dst / "manifest.json").exists()
     assert _temps(dst) == [], "Ctrl-C left temporary files"
-    assert _done(dst) <= done_at_signal + workers < total, "the run went on after Ctrl-C"
+    assert done_records(dst) <= done_at_signal + workers < total, "the run went on after Ctrl-C"
 
     result = run_cli(*args, "--resume", env_extra=EPOCH)
     assert result.returncode == 0, result.stderr
@@ -105,7 +100,7 @@ def test_second_convert_into_a_running_dst_is_refused(process_tree: Path, refere
     args = convert_args(process_tree, dst, fmt)
     first = start_cli(*args, env_extra=EPOCH)
     try:
-        assert wait_for(lambda: _done(dst) >= 1 or first.poll() is not None, timeout=60)
+        assert wait_for(lambda: done_records(dst) >= 1 or first.poll() is not None, timeout=60)
         os.killpg(first.pid, signal.SIGSTOP)      # hold it mid-run, lock taken
         assert first.poll() is None
         for extra in ([], ["--resume"], ["--overwrite"]):
@@ -130,7 +125,7 @@ def test_resume_with_other_options_is_refused(process_tree: Path, fmt: str, tmp_
     dst = tmp_path / "dst"
     args = convert_args(process_tree, dst, fmt)
     proc = start_cli(*args)
-    assert wait_for(lambda: _done(dst) >= 1 or proc.poll() is not None, timeout=60)
+    assert wait_for(lambda: done_records(dst) >= 1 or proc.poll() is not None, timeout=60)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate()
     before = tree_bytes(dst)

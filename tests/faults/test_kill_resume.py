@@ -18,7 +18,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 import pytest
 
-from .helpers import EPOCH, convert_args, run_cli, session_processes, start_cli, timed_run, tree_bytes, wait_for
+from .helpers import (EPOCH, convert_args, done_records, run_cli, session_processes, start_cli, timed_run,
+                      tree_bytes, wait_for)
 
 #: (workers, trials) per format: 7 kills per format, 21 over the three formats.
 TRIALS = [(1, 5), (2, 2)]
@@ -29,8 +30,7 @@ def _phase(dst: Path) -> str:
         return "before DST existed"
     if (dst / "manifest.json").exists():
         return "after the manifest" if (dst / ".shardkit").exists() else "done, while exiting"
-    done = list((dst / ".shardkit" / "done").glob("*.json")) if (dst / ".shardkit" / "done").is_dir() else []
-    return "no shard finished" if not done else "some shards finished"
+    return "some shards finished" if done_records(dst) else "no shard finished"
 
 
 def _finished(dst: Path) -> Dict[str, Tuple[int, int]]:
@@ -43,11 +43,6 @@ def _finished(dst: Path) -> Dict[str, Tuple[int, int]]:
                 if not shard.name.startswith("."):
                     found[shard.name] = (shard.stat().st_ino, shard.stat().st_mtime_ns)
     return found
-
-
-def _done_count(dst: Path) -> int:
-    folder = dst / ".shardkit" / "done"
-    return len(list(folder.glob("shard-*.json"))) if folder.is_dir() else 0
 
 
 def _kill_at(args: List[object], delay: float = 0.0, when: Optional[Callable[[], bool]] = None) -> Tuple[int, int]:
@@ -118,7 +113,7 @@ def _trials(args_for: Callable[[Path], List[object]], expected: Dict[str, bytes]
             code, survivors = _kill_at(args, rng.uniform(0, planned))
         else:
             target = int((trial - 1 + rng.uniform()) / (trials - 1) * (shards + 1))
-            code, survivors = _kill_at(args, rng.uniform(0, 0.03), when=lambda: _done_count(dst) >= target
+            code, survivors = _kill_at(args, rng.uniform(0, 0.03), when=lambda: done_records(dst) >= target
                                        if target else (dst / ".shardkit" / "plan.json").exists())
         assert survivors == 0, f"trial {trial}: {survivors} worker(s) outlived their killed parent"
         phase = "finished" if code == 0 else _phase(dst)
@@ -126,8 +121,8 @@ def _trials(args_for: Callable[[Path], List[object]], expected: Dict[str, bytes]
         assert code in (0, -signal.SIGKILL)
         if trial % 2 == 1 and code != 0:
             # a second kill, during the resume itself, once it has recorded one more shard
-            before = _done_count(dst)
-            _kill_at(args + ["--resume"], rng.uniform(0, 0.03), when=lambda: _done_count(dst) > before)
+            before = done_records(dst)
+            _kill_at(args + ["--resume"], rng.uniform(0, 0.03), when=lambda: done_records(dst) > before)
         finished = _finished(dst)
         result = run_cli(*args, "--resume", env_extra=EPOCH)
         assert result.returncode == 0, f"trial {trial} ({phase}): {result.stderr}"
