@@ -13,6 +13,8 @@ from shardkit.formats import format_names, get_format
 from shardkit.records import NO_LABEL, Encoded
 from shardkit.schema import SampleSchema
 
+from .shard_helpers import payload_bytes, write_shard
+
 BYTES_SCHEMA = SampleSchema(kind="image")
 ARRAY_SCHEMA = SampleSchema(kind="image", layout="array", dtype="uint8", shape=(5, 7, 3))
 
@@ -32,18 +34,6 @@ def _array_samples(count: int, seed: int = 0) -> list:
             for index in range(count)]
 
 
-def _write(fmt_name: str, path: Path, schema: SampleSchema, samples: list) -> None:
-    fmt = get_format(fmt_name)
-    writer = fmt.open_writer(str(path), schema, fmt.default_options(schema, 0))
-    for sample in samples:
-        writer.append(sample)
-    writer.close()
-
-
-def _as_bytes(payload) -> bytes:
-    return bytes(memoryview(payload)) if not isinstance(payload, np.ndarray) else payload.tobytes()
-
-
 class TestFormatConformance:
     """Every format stores exactly what it was given and reads it back by index."""
 
@@ -54,12 +44,12 @@ class TestFormatConformance:
             pytest.skip(f"{fmt} does not store {compression}")
         samples = _bytes_samples(150)
         path = tmp_path / f"shard{get_format(fmt).extension}"
-        _write(fmt, path, schema, samples)
+        write_shard(fmt, path, schema, samples)
         reader = get_format(fmt).open_reader(str(path), schema, {})
         assert len(reader) == len(samples)
         for index in [0, 1, 9, 10, 77, 149, 3]:
             got = reader.read(index)
-            assert _as_bytes(got.payload) == _as_bytes(samples[index].payload)
+            assert payload_bytes(got.payload) == payload_bytes(samples[index].payload)
             assert got.label == samples[index].label
             assert got.crc32 == samples[index].crc32
             assert got.crc_ok()
@@ -73,7 +63,7 @@ class TestFormatConformance:
             pytest.skip(f"{fmt} does not store {compression}")
         samples = _array_samples(40)
         path = tmp_path / f"shard{get_format(fmt).extension}"
-        _write(fmt, path, schema, samples)
+        write_shard(fmt, path, schema, samples)
         reader = get_format(fmt).open_reader(str(path), schema, {})
         for index in range(len(samples)):
             got = reader.read(index)
@@ -85,7 +75,7 @@ class TestFormatConformance:
 
     def test_empty_shard(self, fmt: str, tmp_path: Path) -> None:
         path = tmp_path / f"empty{get_format(fmt).extension}"
-        _write(fmt, path, BYTES_SCHEMA, [])
+        write_shard(fmt, path, BYTES_SCHEMA, [])
         reader = get_format(fmt).open_reader(str(path), BYTES_SCHEMA, {})
         assert len(reader) == 0
         with pytest.raises(IndexError):
@@ -94,7 +84,7 @@ class TestFormatConformance:
 
     def test_out_of_range(self, fmt: str, tmp_path: Path) -> None:
         path = tmp_path / f"s{get_format(fmt).extension}"
-        _write(fmt, path, BYTES_SCHEMA, _bytes_samples(5))
+        write_shard(fmt, path, BYTES_SCHEMA, _bytes_samples(5))
         reader = get_format(fmt).open_reader(str(path), BYTES_SCHEMA, {})
         for bad in (5, 100, -1):
             with pytest.raises(IndexError):
@@ -105,7 +95,7 @@ class TestFormatConformance:
         schema = SampleSchema(kind="image", labeled=False)
         samples = [Encoded.make(b"x" * n) for n in range(1, 6)]
         path = tmp_path / f"s{get_format(fmt).extension}"
-        _write(fmt, path, schema, samples)
+        write_shard(fmt, path, schema, samples)
         reader = get_format(fmt).open_reader(str(path), schema, {})
         assert [reader.read(i).label for i in range(5)] == [NO_LABEL] * 5
         reader.close()
@@ -114,13 +104,13 @@ class TestFormatConformance:
         digests = set()
         for run in range(2):
             path = tmp_path / f"run{run}{get_format(fmt).extension}"
-            _write(fmt, path, BYTES_SCHEMA, _bytes_samples(60, seed=3))
+            write_shard(fmt, path, BYTES_SCHEMA, _bytes_samples(60, seed=3))
             digests.add(hashlib.sha256(path.read_bytes()).hexdigest())
         assert len(digests) == 1
 
     def test_truncated_file_is_a_corrupt_shard(self, fmt: str, tmp_path: Path) -> None:
         path = tmp_path / f"s{get_format(fmt).extension}"
-        _write(fmt, path, BYTES_SCHEMA, _bytes_samples(60))
+        write_shard(fmt, path, BYTES_SCHEMA, _bytes_samples(60))
         size = os.path.getsize(path)
         with open(path, "r+b") as handle:
             handle.truncate(size // 2)
@@ -139,7 +129,7 @@ class TestFormatConformance:
 
     def test_writer_writes_only_its_path(self, fmt: str, tmp_path: Path) -> None:
         path = tmp_path / f"only{get_format(fmt).extension}"
-        _write(fmt, path, BYTES_SCHEMA, _bytes_samples(20))
+        write_shard(fmt, path, BYTES_SCHEMA, _bytes_samples(20))
         assert sorted(os.listdir(tmp_path)) == [path.name]
 
 

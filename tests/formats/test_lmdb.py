@@ -20,21 +20,14 @@ from shardkit.handles import HANDLES
 from shardkit.records import Encoded
 from shardkit.schema import SampleSchema
 
+from .shard_helpers import sized_samples, write_shard
+
 FMT = get_format("lmdb")
 SCHEMA = SampleSchema(kind="image")
 
 
-def _samples(count: int, size: int, seed: int = 0) -> list:
-    rng = np.random.default_rng(seed)
-    return [Encoded.make(rng.integers(0, 256, size + index, dtype=np.uint8).tobytes(), index % 5)
-            for index in range(count)]
-
-
 def _write(path: Path, samples: list, schema: SampleSchema = SCHEMA) -> None:
-    writer = FMT.open_writer(str(path), schema, {})
-    for sample in samples:
-        writer.append(sample)
-    writer.close()
+    write_shard(FMT.name, path, schema, samples)
 
 
 def _payload(encoded: Encoded) -> bytes:
@@ -42,7 +35,7 @@ def _payload(encoded: Encoded) -> bytes:
 
 
 def test_map_grows_past_its_start_and_the_file_stays_tight(tmp_path: Path) -> None:
-    samples = _samples(48, 600_000)        # ~29 MB: past the 16 MiB first map, over one 32 MiB batch
+    samples = sized_samples(48, 600_000)        # ~29 MB: past the 16 MiB first map, over one 32 MiB batch
     path = tmp_path / "big.lmdb"
     _write(path, samples)
     psize = 4096
@@ -54,7 +47,7 @@ def test_map_grows_past_its_start_and_the_file_stays_tight(tmp_path: Path) -> No
 
 
 def test_many_small_transactions_and_map_full_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    samples = _samples(300, 3000)
+    samples = sized_samples(300, 3000)
     _write(tmp_path / "plain.lmdb", samples)
     # Tiny batches and no size estimate: many commits, and every growth goes through MapFullError.
     monkeypatch.setattr(lmdb_format, "BATCH_SAMPLES", 7)
@@ -99,7 +92,7 @@ def test_lzf_is_refused(image_tree: Path, tmp_path: Path) -> None:
 
 def test_two_readers_of_one_file_share_the_environment(tmp_path: Path) -> None:
     path = tmp_path / "s.lmdb"
-    samples = _samples(10, 100)
+    samples = sized_samples(10, 100)
     _write(path, samples)
     first = FMT.open_reader(str(path), SCHEMA, {})
     second = FMT.open_reader(str(path), SCHEMA, {})
@@ -120,7 +113,7 @@ def _read_in_child(path: str, queue: "multiprocessing.Queue") -> None:
 
 def test_a_forked_child_opens_its_own_environment(tmp_path: Path) -> None:
     path = tmp_path / "s.lmdb"
-    samples = _samples(10, 5000)
+    samples = sized_samples(10, 5000)
     _write(path, samples)
     parent = FMT.open_reader(str(path), SCHEMA, {})
     parent.read(0)
@@ -137,7 +130,7 @@ def test_a_forked_child_opens_its_own_environment(tmp_path: Path) -> None:
 
 def test_fork_while_locks_are_held_does_not_hang_the_child(tmp_path: Path) -> None:
     path = tmp_path / "s.lmdb"
-    samples = _samples(10, 5000)
+    samples = sized_samples(10, 5000)
     _write(path, samples)
     parent = FMT.open_reader(str(path), SCHEMA, {})
     context = multiprocessing.get_context("fork")
@@ -170,7 +163,7 @@ def test_readahead_default_option_and_override(image_tree: Path, tmp_path: Path)
 
 def test_both_readahead_settings_read_the_same_bytes(tmp_path: Path) -> None:
     path = tmp_path / "s.lmdb"
-    samples = _samples(6, 200_000)
+    samples = sized_samples(6, 200_000)
     _write(path, samples)
     for readahead in (False, True):
         reader = FMT.open_reader(str(path), SCHEMA, {"readahead": readahead})
@@ -209,7 +202,7 @@ def _rewrite(path: Path, change) -> None:
 ])
 def test_malformed_shards_are_refused_on_open(tmp_path: Path, change, message: str) -> None:
     path = tmp_path / "s.lmdb"
-    _write(path, _samples(10, 100))
+    _write(path, sized_samples(10, 100))
     _rewrite(path, change)
     with pytest.raises(CorruptShardError, match=message) as caught:
         FMT.open_reader(str(path), SCHEMA, {})
@@ -224,7 +217,7 @@ def test_malformed_shards_are_refused_on_open(tmp_path: Path, change, message: s
 ])
 def test_damaged_record_header_names_the_sample(tmp_path: Path, field: int, value: bytes, message: str) -> None:
     path = tmp_path / "s.lmdb"
-    samples = _samples(10, 5000)
+    samples = sized_samples(10, 5000)
     _write(path, samples)
     header = struct.pack("<2sBBI", b"SK", 1, 0, samples[6].crc32)
     data = path.read_bytes()
@@ -243,7 +236,7 @@ def test_damaged_record_header_names_the_sample(tmp_path: Path, field: int, valu
 
 def test_truncated_to_a_page_boundary(tmp_path: Path) -> None:
     path = tmp_path / "s.lmdb"
-    _write(path, _samples(20, 9000))
+    _write(path, sized_samples(20, 9000))
     with open(path, "r+b") as handle:
         handle.truncate(os.path.getsize(path) - 4096 * 3)
     with pytest.raises(CorruptShardError, match="truncated") as caught:

@@ -14,21 +14,14 @@ from shardkit.formats import get_format
 from shardkit.records import Encoded
 from shardkit.schema import SampleSchema
 
+from .shard_helpers import sized_samples, write_shard
+
 FMT = get_format("pt")
 SCHEMA = SampleSchema(kind="image")
 
 
-def _samples(count: int, size: int, seed: int = 0) -> list:
-    rng = np.random.default_rng(seed)
-    return [Encoded.make(rng.integers(0, 256, size + index, dtype=np.uint8).tobytes(), index % 5)
-            for index in range(count)]
-
-
 def _write(path: Path, samples: list, schema: SampleSchema = SCHEMA) -> None:
-    writer = FMT.open_writer(str(path), schema, {})
-    for sample in samples:
-        writer.append(sample)
-    writer.close()
+    write_shard(FMT.name, path, schema, samples)
 
 
 def test_contents_are_plain_tensors_as_documented(tmp_path: Path) -> None:
@@ -53,7 +46,7 @@ def test_contents_are_plain_tensors_as_documented(tmp_path: Path) -> None:
 
 
 def test_file_bytes_do_not_depend_on_the_file_name(tmp_path: Path) -> None:
-    samples = _samples(30, 500)
+    samples = sized_samples(30, 500)
     _write(tmp_path / "one.pt", samples)
     _write(tmp_path / ".shard-00007.pt.tmp", samples)
     assert (tmp_path / "one.pt").read_bytes() == (tmp_path / ".shard-00007.pt.tmp").read_bytes()
@@ -61,7 +54,7 @@ def test_file_bytes_do_not_depend_on_the_file_name(tmp_path: Path) -> None:
 
 def test_payloads_are_read_only_views_of_the_mapping(tmp_path: Path) -> None:
     path = tmp_path / "s.pt"
-    samples = _samples(5, 1000)
+    samples = sized_samples(5, 1000)
     _write(path, samples)
     reader = FMT.open_reader(str(path), SCHEMA, {})
     payload = reader.read(2).payload
