@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Any, Dict, List, Optional
+from array import array
+from typing import Any, Dict, Optional
 
 import h5py
 import numpy as np
@@ -45,75 +46,63 @@ def _filter_args(schema: SampleSchema) -> Dict[str, Any]:
 
 
 class HDF5Writer(ShardWriter):
-    """Buffers a shard's samples, then writes fixed-size datasets in large blocks."""
+    """Packs a shard's payloads into one byte buffer (about one byte of memory per stored byte),
+    then writes fixed-size datasets in large blocks at close()."""
 
     def __init__(self, path: str, schema: SampleSchema) -> None:
         self._path = path
         self._schema = schema
-        self._payloads: List[Any] = []
-        self._labels: List[int] = []
-        self._crcs: List[int] = []
+        self._data = bytearray()
+        self._offsets = array("q", [0])
+        self._labels = array("q")
+        self._crcs = array("q")
 
     def append(self, sample: Encoded) -> None:
         payload = sample.payload
         if self._schema.is_array:
-            payload = np.asarray(payload, dtype=self._schema.dtype)
+            payload = np.ascontiguousarray(payload, dtype=self._schema.dtype)
             if payload.shape != tuple(self._schema.shape):
                 raise ValueError(f"array of shape {payload.shape}, schema says {self._schema.shape}")
-        self._payloads.append(payload)
+        self._data += memoryview(payload).cast("B") if isinstance(payload, np.ndarray) else payload
+        self._offsets.append(len(self._data))
         self._labels.append(sample.label)
         self._crcs.append(sample.crc32)
 
     def close(self) -> None:
-        count = len(self._payloads)
+        count = len(self._labels)
         with h5py.File(self._path, "w", track_order=False) as handle:
             handle.attrs["shardkit_format"] = FORMAT.name
             handle.attrs["format_version"] = FORMAT.version
             handle.attrs["layout"] = self._schema.layout
             handle.attrs["num_samples"] = count
+            flat = np.frombuffer(self._data, dtype=np.uint8)
             if self._schema.is_array:
-                self._write_arrays(handle, count)
+                shape = tuple(self._schema.shape)
+                per_chunk = max(1, ARRAY_CHUNK[self._schema.compression] // max(1, self._schema.sample_nbytes))
+                rows = flat.view(np.dtype(self._schema.dtype)).reshape(count, *shape)
+                data = _create(handle, "data", (count, *shape), rows.dtype, (per_chunk, *shape), self._schema)
+                step = max(1, _WRITE_BLOCK // max(1, self._schema.sample_nbytes))
             else:
-                self._write_bytes(handle, count)
-            handle.create_dataset("labels", data=np.asarray(self._labels, dtype=np.int64), track_times=False)
-            handle.create_dataset("crc32", data=np.asarray(self._crcs, dtype=np.uint32), track_times=False)
+                rows = flat
+                data = _create(handle, "data", (len(flat),), np.uint8,
+                               (BYTES_CHUNK[self._schema.compression],), self._schema)
+                step = _WRITE_BLOCK
+                handle.create_dataset("offsets", data=np.frombuffer(self._offsets, dtype=np.int64),
+                                      track_times=False)
+            for first in range(0, len(rows), step):
+                data[first:first + step] = rows[first:first + step]
+            del flat, rows
+            handle.create_dataset("labels", data=np.frombuffer(self._labels, dtype=np.int64), track_times=False)
+            handle.create_dataset("crc32", data=np.frombuffer(self._crcs, dtype=np.int64).astype(np.uint32),
+                                  track_times=False)
         fsync_path(self._path)
-        self._payloads = []
+        self.abort()
 
     def abort(self) -> None:
         """Drop the buffered samples: nothing reaches the file before close(), so there is
         nothing to flush (a Ctrl-C or a full disk must not write the whole shard first)."""
-        self._payloads, self._labels, self._crcs = [], [], []
-
-    def _write_bytes(self, handle: h5py.File, count: int) -> None:
-        lengths = np.fromiter((len(p) for p in self._payloads), dtype=np.int64, count=count)
-        offsets = np.zeros(count + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        total = int(offsets[-1])
-        data = _create(handle, "data", (total,), np.uint8, (BYTES_CHUNK[self._schema.compression],),
-                       self._schema)
-        start = 0
-        block: List[Any] = []
-        block_bytes = 0
-        for payload in self._payloads:
-            block.append(payload)
-            block_bytes += len(payload)
-            if block_bytes >= _WRITE_BLOCK:
-                data[start:start + block_bytes] = np.frombuffer(b"".join(block), dtype=np.uint8)
-                start += block_bytes
-                block, block_bytes = [], 0
-        if block_bytes:
-            data[start:start + block_bytes] = np.frombuffer(b"".join(block), dtype=np.uint8)
-        handle.create_dataset("offsets", data=offsets, track_times=False)
-
-    def _write_arrays(self, handle: h5py.File, count: int) -> None:
-        shape = tuple(self._schema.shape)
-        per_chunk = max(1, ARRAY_CHUNK[self._schema.compression] // max(1, self._schema.sample_nbytes))
-        data = _create(handle, "data", (count, *shape), np.dtype(self._schema.dtype),
-                       (per_chunk, *shape), self._schema)
-        rows = max(1, _WRITE_BLOCK // max(1, self._schema.sample_nbytes))
-        for start in range(0, count, rows):
-            data[start:start + rows] = np.stack(self._payloads[start:start + rows])
+        self._data = bytearray()
+        self._offsets, self._labels, self._crcs = array("q", [0]), array("q"), array("q")
 
 
 def _create(handle: h5py.File, name: str, shape: tuple, dtype: Any, chunks: tuple,
