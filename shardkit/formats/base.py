@@ -6,12 +6,32 @@ images; the sink and the read side do that once for all formats.
 from __future__ import annotations
 
 import abc
+import os
 from typing import Any, Dict, Iterator
 
 import numpy as np
 
 from ..records import Encoded
 from ..schema import SampleSchema
+
+
+#: Datasets up to this fraction of physical memory default to OS readahead on (docs/formats.md).
+READAHEAD_RAM_FRACTION = 0.5
+
+
+def physical_memory() -> int:
+    """Bytes of RAM of this machine (0 when unknown)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def readahead_by_size(total_bytes: int) -> Dict[str, Any]:
+    """Readahead on while a dataset fits comfortably in RAM (cold epochs stream), off beyond it
+    (nearly every random read misses the cache; readahead would read megabytes per sample)."""
+    ram = physical_memory()
+    return {"readahead": bool(ram == 0 or total_bytes <= READAHEAD_RAM_FRACTION * ram)}
 
 
 class ShardWriter(abc.ABC):

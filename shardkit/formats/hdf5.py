@@ -21,7 +21,7 @@ from ..errors import CorruptShardError, UsageError
 from ..integrity import fsync_path
 from ..records import Encoded
 from ..schema import COMPRESSIONS, SampleSchema
-from .base import ShardFormat, ShardReader, ShardWriter
+from .base import ShardFormat, ShardReader, ShardWriter, readahead_by_size
 
 #: Chunk of the packed byte stream; a random read decompresses at most two of them.
 BYTES_CHUNK = {"none": 1 << 20, "gzip": 1 << 17, "lzf": 1 << 17}
@@ -134,9 +134,10 @@ class HDF5Reader(ShardReader):
     allocating what they claim (see _check_dataset).
     """
 
-    def __init__(self, path: str, schema: SampleSchema) -> None:
+    def __init__(self, path: str, schema: SampleSchema, readahead: bool = True) -> None:
         self._path = path
         self._schema = schema
+        self._readahead = readahead
         self._flat: Optional[np.ndarray] = None
         self._mmap: Optional[mmap.mmap] = None
         try:
@@ -248,6 +249,9 @@ class HDF5Reader(ShardReader):
             return
         with open(self._path, "rb") as handle:
             self._mmap = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        if not self._readahead and hasattr(mmap, "MADV_RANDOM"):
+            # A dataset much larger than RAM: fault in only the pages a sample needs.
+            self._mmap.madvise(mmap.MADV_RANDOM)
         self._flat = np.frombuffer(self._mmap, dtype=np.uint8)
         self._chunk_bytes = chunk_bytes
         self._row_bytes = row_bytes
@@ -320,11 +324,15 @@ class HDF5Format(ShardFormat):
         if schema.compression not in COMPRESSIONS:
             raise UsageError(f"hdf5 does not support compression {schema.compression!r}")
 
+    def default_options(self, schema: SampleSchema, total_bytes: int) -> Dict[str, Any]:
+        """Readahead of the mmap'd data on while the dataset fits comfortably in RAM, off beyond."""
+        return readahead_by_size(total_bytes)
+
     def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardWriter:
         return HDF5Writer(path, schema)
 
     def open_reader(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardReader:
-        return HDF5Reader(path, schema)
+        return HDF5Reader(path, schema, readahead=bool(options.get("readahead", True)))
 
 
 FORMAT = HDF5Format()

@@ -27,7 +27,7 @@ from ..errors import CorruptShardError
 from ..integrity import fsync_path
 from ..records import Encoded
 from ..schema import SampleSchema
-from .base import ShardFormat, ShardReader, ShardWriter
+from .base import ShardFormat, ShardReader, ShardWriter, readahead_by_size
 from .packing import check_lengths, check_per_sample_compression, compress, payload_bytes, restore
 
 META_KEY = b"__meta__"
@@ -45,8 +45,6 @@ BATCH_SAMPLES = 65536
 MAX_META_BYTES = 1 << 20
 #: Reader table size; readers open lock-free, so it never limits them (kept generous anyway).
 MAX_READERS = 1024
-#: Datasets up to this fraction of physical memory default to readahead on (docs/formats.md).
-READAHEAD_RAM_FRACTION = 0.5
 
 
 def sample_key(index: int) -> bytes:
@@ -334,14 +332,6 @@ def _short(exc: BaseException, path: str) -> str:
     return text.replace(f"{path}: ", "")
 
 
-def physical_memory() -> int:
-    """Bytes of RAM of this machine (0 when unknown)."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
 class LMDBFormat(ShardFormat):
     """One .lmdb environment file per shard, readable with the lmdb package alone."""
 
@@ -353,9 +343,7 @@ class LMDBFormat(ShardFormat):
         check_per_sample_compression(self.name, schema)
 
     def default_options(self, schema: SampleSchema, total_bytes: int) -> Dict[str, Any]:
-        """Readahead on while the dataset fits comfortably in RAM, off beyond (docs/formats.md)."""
-        ram = physical_memory()
-        return {"readahead": bool(ram == 0 or total_bytes <= READAHEAD_RAM_FRACTION * ram)}
+        return readahead_by_size(total_bytes)
 
     def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardWriter:
         return LMDBWriter(path, schema)

@@ -1,0 +1,29 @@
+"""The readahead reader option: recorded by size, overridable, and never changes what is read."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import shardkit
+from shardkit.formats import get_format
+from shardkit.formats.base import READAHEAD_RAM_FRACTION, physical_memory, readahead_by_size
+from shardkit.handles import HANDLES
+from shardkit.schema import SampleSchema
+
+
+def test_policy_follows_ram() -> None:
+    ram = physical_memory()
+    assert ram > 0
+    assert readahead_by_size(int(ram * READAHEAD_RAM_FRACTION)) == {"readahead": True}
+    assert readahead_by_size(ram) == {"readahead": False}
+
+
+def test_readahead_off_reads_the_same_samples(dataset_dir: Path, fmt: str) -> None:
+    manifest = shardkit.open_dataset(dataset_dir).manifest
+    offered = get_format(fmt).default_options(SampleSchema(kind="image"), 0)
+    assert manifest.format_options.get("readahead") == offered.get("readahead")
+    HANDLES.close_all()
+    on = [bytes(memoryview(p)) for p, _ in shardkit.open_dataset(dataset_dir, decode=None, readahead=True)]
+    HANDLES.close_all()
+    off = [bytes(memoryview(p)) for p, _ in shardkit.open_dataset(dataset_dir, decode=None, readahead=False)]
+    HANDLES.close_all()
+    assert on == off and len(on) == 120
