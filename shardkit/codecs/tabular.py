@@ -67,8 +67,9 @@ class EncodedBatch:
     reasons: Dict[int, str]
 
 
-def parse_floats(values: Sequence[str]) -> Tuple[np.ndarray, Dict[int, str], np.ndarray]:
-    """float64 values (NaN for missing), bad positions with reasons, and the missing mask."""
+def parse_floats(values: Sequence[str], first_bad: bool = False) -> Tuple[np.ndarray, Dict[int, str], np.ndarray]:
+    """float64 values (NaN for missing), bad positions with reasons, and the missing mask.
+    first_bad: stop at the first bad value (only whether there is one matters)."""
     count = len(values)
     try:
         parsed = np.array(values, dtype=np.float64).reshape(count)
@@ -92,6 +93,8 @@ def parse_floats(values: Sequence[str]) -> Tuple[np.ndarray, Dict[int, str], np.
                 missing[index] = True
             else:
                 bad[index] = f"{_show(value)} is not a number"
+                if first_bad:
+                    break
     return parsed, bad, missing
 
 

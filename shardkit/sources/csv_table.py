@@ -19,7 +19,7 @@ import numpy as np
 
 from ..codecs.tabular import Column, LabelSpec, TabularCodec
 from ..errors import EmptySourceError, SourceError, UsageError
-from .base import Converted, Outcome, Skipped, Source
+from .base import Converted, ConvertedRun, Outcome, Skipped, Source
 from .csv_read import Chunk, normalize_delimiter
 from .csv_scan import (CsvFile, holds_csv_tree, is_csv_path, label_spec, read_heads, sample, select, stream_all,
                        stream_file)
@@ -213,6 +213,9 @@ class CsvTableSource(Source):
             columns = [table[position] for position in item.indices]
             labels = table[item.label_index] if item.label_index is not None else None
         batch = self.codec.encode(columns, labels, good)
+        if not reasons and not batch.reasons:
+            yield ConvertedRun(batch.samples, per_row * count)  # type: ignore[arg-type]
+            return
         samples = iter(range(good))
         for position in range(count):
             if position in reasons:
