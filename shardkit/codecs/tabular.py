@@ -183,8 +183,7 @@ class TabularCodec:
                  reasons: Dict[int, str]) -> np.ndarray:
         if column.type == "category":
             assert lookup is not None
-            codes = np.fromiter(map(lookup.get, values, _repeat(-2, len(values))), dtype=np.int64,
-                                count=len(values))
+            codes = _codes(lookup, values)
             for index in np.flatnonzero(codes == -2).tolist():
                 if is_missing(values[index]):
                     codes[index] = -1
@@ -220,7 +219,7 @@ class TabularCodec:
         name = self.label.name
         if self.label.kind == "class":
             assert self._class_lookup is not None
-            codes = np.fromiter(map(self._class_lookup.get, values, _repeat(-2, count)), dtype=np.int64, count=count)
+            codes = _codes(self._class_lookup, values)
             for index in np.flatnonzero(codes < 0).tolist():
                 value = values[index]
                 why = "missing label" if is_missing(value) else f"label {_show(value)} is not one of the classes"
@@ -255,6 +254,14 @@ def _floats(values: Any) -> Tuple[np.ndarray, Dict[int, str], np.ndarray]:
 def _text(values: Any, index: int) -> str:
     value = values[index]
     return repr(float(value)) if isinstance(values, np.ndarray) else value
+
+
+def _codes(lookup: Dict[str, int], values: Sequence[str]) -> np.ndarray:
+    """int64 index of each value in lookup, -2 for a value it does not hold."""
+    try:
+        return np.fromiter(map(lookup.__getitem__, values), dtype=np.int64, count=len(values))
+    except KeyError:                  # some value is unknown (or missing): the slower, forgiving lookup
+        return np.fromiter(map(lookup.get, values, _repeat(-2, len(values))), dtype=np.int64, count=len(values))
 
 
 def _lookup(names: Sequence[str]) -> Dict[str, int]:
