@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from .errors import (ConversionError, ConversionInterrupted, EmptySourceError,
                      ShardkitError, UsageError)
 from .formats import get_format
+from .interrupt import SigintLatch
 from .journal import Journal, claim_destination, remove_outputs, remove_stale_temps
 from .manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
 from .plan import ShardTask, make_tasks
@@ -162,7 +163,9 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
                           on_error=options.on_error, max_errors=options.max_errors, error_limit=options.max_errors)
         if options.readahead is not None:
             ctx.format_options["readahead"] = bool(options.readahead)
-        results = done + _run(ctx, pending, options, already_skipped=already_skipped)
+        with SigintLatch() as latch:
+            results = done + _run(ctx, pending, options, already_skipped=already_skipped, latch=latch)
+            latch.check()
         results.sort(key=lambda result: result.shard)
         manifest = _assemble(results, source, fmt, ctx, created, fingerprint, plan_skipped, options, src)
         if manifest.part is not None:
@@ -272,7 +275,8 @@ def _split_done(journal: Journal, dst: str, tasks: List[ShardTask],
     return done, pending
 
 
-def _run(ctx: SinkContext, tasks: List[ShardTask], options: ConvertOptions, already_skipped: int) -> List[ShardResult]:
+def _run(ctx: SinkContext, tasks: List[ShardTask], options: ConvertOptions, already_skipped: int,
+         latch: SigintLatch) -> List[ShardResult]:
     """Write the pending shards, in this process or in worker processes, with a progress bar.
 
     --max-errors counts every skipped input of the run; in one process the limit is exact
@@ -294,14 +298,22 @@ def _run(ctx: SinkContext, tasks: List[ShardTask], options: ConvertOptions, alre
         results.append(result)
 
     with Progress(total, "convert", quiet=options.quiet) as bar:
+        def advance(items: int, nbytes: int) -> None:
+            latch.check()
+            bar.advance(items, nbytes)
+
+        def set_totals(items: int, nbytes: int) -> None:
+            latch.check()
+            bar.set(items, nbytes)
+
         if options.workers <= 1 or len(tasks) <= 1:
             for task in tasks:
-                check(write_shard(dataclasses.replace(ctx, max_errors=remaining()), task, progress=bar.advance))
+                check(write_shard(dataclasses.replace(ctx, max_errors=remaining()), task, progress=advance))
         else:
             from .parallel import run_parallel
             try:
                 run_parallel(dataclasses.replace(ctx, max_errors=remaining()), tasks, options.workers,
-                             on_result=check, on_progress=bar.set)
+                             on_result=check, on_progress=set_totals)
             except BaseException:
                 remove_stale_temps(ctx.dst)     # workers stopped mid-shard leave their temporary files
                 raise

@@ -72,6 +72,7 @@ class ShardDataset(torch.utils.data.Dataset):
         # Readers got from HANDLES while its generation was _known_generation: all still open.
         self._known: Dict[int, ShardReader] = {}
         self._known_generation = -1
+        self._hashed: set = set()    # (pid, shard) whose sha256 matched (verify_checksums="full")
 
     # ---- metadata ----------------------------------------------------------------
     @property
@@ -134,10 +135,28 @@ class ShardDataset(torch.utils.data.Dataset):
             self._known_generation = generation
         reader = self._known.get(shard)
         if reader is None:
+            if self.verify_checksums == "full":
+                self._check_sha256_once(shard)
             reader = HANDLES.get(self._paths[shard], lambda: self._open(shard), self.max_open_shards)
             if HANDLES.generation == generation:
                 self._known[shard] = reader
         return reader
+
+    def _check_sha256_once(self, shard: int) -> None:
+        """verify_checksums="full": hash each shard once per process, even when another dataset of
+        the process already holds it open."""
+        key = (os.getpid(), shard)
+        if key in self._hashed:
+            return
+        path = self._paths[shard]
+        try:
+            digest = hash_file(path)
+        except OSError:
+            raise CorruptShardError(f"{path}: shard {shard} is missing or unreadable", path=path) from None
+        if digest != self.manifest.shards[shard].sha256:
+            raise CorruptShardError(f"{path}: shard {shard} fails its sha256 check (its bytes changed after "
+                                    "conversion)", path=path)
+        self._hashed.add(key)
 
     def _open(self, shard: int) -> ShardReader:
         path = self._paths[shard]
@@ -148,9 +167,6 @@ class ShardDataset(torch.utils.data.Dataset):
         if size != self._sizes[shard]:
             raise CorruptShardError(f"{path}: shard {shard} has {size} bytes, manifest says {self._sizes[shard]} "
                                     "(truncated or replaced)", path=path)
-        if self.verify_checksums == "full" and hash_file(path) != self.manifest.shards[shard].sha256:
-            raise CorruptShardError(f"{path}: shard {shard} fails its sha256 check (its bytes changed after "
-                                    "conversion)", path=path)
         fmt = get_format(self.manifest.format_name)
         try:
             reader = fmt.open_reader(path, self.manifest.schema, self._format_options)

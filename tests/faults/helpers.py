@@ -1,6 +1,7 @@
 """Shared tools of the fault-injection suite: real `shardkit` processes, real damage to real files."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -8,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
 #: Samples per shard of the process tests (conftest's process_tree: 120 images -> 30 shards).
@@ -86,6 +87,16 @@ def assert_no_traceback(result: "subprocess.CompletedProcess | str") -> None:
 
 def error_lines(result: subprocess.CompletedProcess) -> List[str]:
     return [line for line in (result.stderr or "").splitlines() if line.startswith("error:")]
+
+
+@contextlib.contextmanager
+def bit_flipped(path: Path, offset: int, bit: int) -> Iterator[None]:
+    """Within the block, one real bit of path is flipped; it is flipped back afterwards."""
+    flip_bit(path, offset, bit)
+    try:
+        yield
+    finally:
+        flip_bit(path, offset, bit)
 
 
 def flip_bit(path: Path, offset: int, bit: int) -> None:

@@ -20,7 +20,7 @@ import shardkit
 from shardkit.errors import CorruptSampleError, CorruptShardError
 from shardkit.handles import HANDLES
 
-from .helpers import flip_bit, make_tiny_tree, shard_paths
+from .helpers import bit_flipped, make_tiny_tree, shard_paths
 
 FULL_TRIALS = 60
 DEEP_TRIALS = 30
@@ -81,12 +81,11 @@ def _find_all(content: bytes, needle: bytes) -> List[int]:
 
 def _is_live(dst: Path, path: Path, start: int, index: int, payload: bytes) -> bool:
     offset = start + len(payload) // 2
-    flip_bit(path, offset, 0)
     try:
-        ds = shardkit.open_dataset(dst, decode=None)
-        return bytes(memoryview(ds[index][0])) != payload
+        with bit_flipped(path, offset, 0):
+            ds = shardkit.open_dataset(dst, decode=None)
+            return bytes(memoryview(ds[index][0])) != payload
     finally:
-        flip_bit(path, offset, 0)
         HANDLES.close_all()
 
 
@@ -106,11 +105,8 @@ def test_verify_full_detects_every_flip(flip_dataset: Path, fmt: str) -> None:
     for _ in range(FULL_TRIALS):
         shard = int(rng.integers(len(shards)))
         offset, bit = int(rng.integers(sizes[shard])), int(rng.integers(8))
-        flip_bit(shards[shard], offset, bit)
-        try:
+        with bit_flipped(shards[shard], offset, bit):
             report = shardkit.verify(str(flip_dataset), mode="full")
-        finally:
-            flip_bit(shards[shard], offset, bit)
         named = {p.shard for p in report.problems}
         if not report.ok and named == {f"shards/{shards[shard].name}"}:
             detected += 1
@@ -127,11 +123,8 @@ def test_verify_deep_names_the_damaged_sample(flip_dataset: Path, fmt: str) -> N
     for _ in range(DEEP_TRIALS):
         shard, local, start, stop = regions[int(rng.integers(len(regions)))]
         offset, bit = int(rng.integers(start, stop)), int(rng.integers(8))
-        flip_bit(shards[shard], offset, bit)
-        try:
+        with bit_flipped(shards[shard], offset, bit):
             report = shardkit.verify(str(flip_dataset), mode="deep")
-        finally:
-            flip_bit(shards[shard], offset, bit)
         samples = {(p.shard, p.index) for p in report.problems if p.kind == "sample"}
         if samples == {(f"shards/{shards[shard].name}", local)}:
             named += 1
@@ -150,11 +143,8 @@ def test_verify_deep_reports_flips_outside_payloads(flip_dataset: Path, fmt: str
         if not _outside(regions, shard, offset):
             continue
         trials += 1
-        flip_bit(shards[shard], offset, bit)
-        try:
+        with bit_flipped(shards[shard], offset, bit):
             report = shardkit.verify(str(flip_dataset), mode="deep")
-        finally:
-            flip_bit(shards[shard], offset, bit)
         if not report.ok and {p.shard for p in report.problems} == {f"shards/{shards[shard].name}"}:
             flagged += 1
     print(f"\n{fmt}: verify --deep flagged the shard for {flagged}/{trials} bit flips outside payloads")
@@ -169,8 +159,7 @@ def test_reader_never_returns_a_damaged_payload(flip_dataset: Path, fmt: str) ->
     for _ in range(READER_TRIALS):
         shard, local, start, stop = regions[int(rng.integers(len(regions)))]
         offset, bit = int(rng.integers(start, stop)), int(rng.integers(8))
-        flip_bit(shards[shard], offset, bit)
-        try:
+        with bit_flipped(shards[shard], offset, bit):
             ds = shardkit.open_dataset(flip_dataset, decode=None, verify_checksums=True)
             index = int(ds.shard_starts[shard]) + local
             with pytest.raises(CorruptSampleError) as caught:
@@ -179,9 +168,7 @@ def test_reader_never_returns_a_damaged_payload(flip_dataset: Path, fmt: str) ->
             assert shards[shard].name in str(caught.value) and f"sample {local}" in str(caught.value)
             raised += 1
             _check_others(ds, payloads, skip=index)
-        finally:
-            flip_bit(shards[shard], offset, bit)
-            HANDLES.close_all()
+        HANDLES.close_all()
     print(f"\n{fmt}: readers raised CorruptSampleError for {raised}/{READER_TRIALS} payload bit flips")
     assert raised == READER_TRIALS
 
@@ -203,15 +190,12 @@ def test_reader_with_flips_outside_payloads(flip_dataset: Path, fmt: str, checks
         if not _outside(regions, shard, offset):
             continue
         trials += 1
-        flip_bit(shards[shard], offset, bit)
-        try:
+        with bit_flipped(shards[shard], offset, bit):
             ds = shardkit.open_dataset(flip_dataset, decode=None, verify_checksums=checks)
             raised, wrong_labels = _check_others(ds, samples, skip=-1)
             outcome = "raised" if raised else "wrong label" if wrong_labels else "intact"
             outcomes[outcome] += 1
-        finally:
-            flip_bit(shards[shard], offset, bit)
-            HANDLES.close_all()
+        HANDLES.close_all()
     print(f"\n{fmt}: {trials} bit flips outside payloads, verify_checksums={checks!r}: "
           f"{outcomes['raised']} raised, {outcomes['intact']} read back intact, "
           f"{outcomes['wrong label']} returned a wrong label; 0 returned a wrong payload")
@@ -234,3 +218,15 @@ def _check_others(ds, samples: Dict[int, Tuple[bytes, int]], skip: int) -> Tuple
         assert bytes(memoryview(payload)) == expected, f"sample {index} came back different without an error"
         wrong_labels += got != label
     return raised, wrong_labels
+
+
+def test_full_checksums_hold_when_another_dataset_has_the_shard_open(writable_dataset: Path) -> None:
+    """HANDLES shares open shards process-wide; verify_checksums="full" must still hash each shard."""
+    shard = shard_paths(writable_dataset)[0]
+    plain = shardkit.open_dataset(writable_dataset, decode=None)
+    plain[0]                                    # the shard is now open in this process
+    with bit_flipped(shard, shard.stat().st_size // 2, 3):
+        checked = shardkit.open_dataset(writable_dataset, decode=None, verify_checksums="full")
+        with pytest.raises(CorruptShardError, match="sha256"):
+            checked[0]
+    HANDLES.close_all()
