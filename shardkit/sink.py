@@ -19,7 +19,7 @@ from .journal import Journal
 from .manifest import SHARDS_DIR
 from .plan import ShardTask
 from .schema import SampleSchema
-from .sources.base import Skipped, Source
+from .sources.base import ConvertedRun, Skipped, Source
 
 ProgressFn = Callable[[int, int], None]
 
@@ -96,6 +96,16 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
                                           f"last: {outcome.message()}", path=outcome.path)
                 if progress:
                     progress(1, 0)
+                continue
+            if isinstance(outcome, ConvertedRun):
+                try:
+                    writer.append_many(outcome.samples)
+                except Exception as exc:  # noqa: BLE001 - see the docstring
+                    raise write_failure(final, task, exc) from None
+                count += len(outcome.samples)
+                source_bytes += outcome.source_bytes
+                if progress:
+                    progress(len(outcome.samples), outcome.source_bytes)
                 continue
             try:
                 writer.append(outcome.sample)

@@ -67,8 +67,9 @@ class EncodedBatch:
     reasons: Dict[int, str]
 
 
-def parse_floats(values: Sequence[str]) -> Tuple[np.ndarray, Dict[int, str], np.ndarray]:
-    """float64 values (NaN for missing), bad positions with reasons, and the missing mask."""
+def parse_floats(values: Sequence[str], first_bad: bool = False) -> Tuple[np.ndarray, Dict[int, str], np.ndarray]:
+    """float64 values (NaN for missing), bad positions with reasons, and the missing mask.
+    first_bad: stop at the first bad value (only whether there is one matters)."""
     count = len(values)
     try:
         parsed = np.array(values, dtype=np.float64).reshape(count)
@@ -92,6 +93,8 @@ def parse_floats(values: Sequence[str]) -> Tuple[np.ndarray, Dict[int, str], np.
                 missing[index] = True
             else:
                 bad[index] = f"{_show(value)} is not a number"
+                if first_bad:
+                    break
     return parsed, bad, missing
 
 
@@ -159,8 +162,14 @@ class TabularCodec:
             matrix = matrix[np.asarray(good, dtype=np.int64)]
         samples: List[Optional[Encoded]] = [None] * count
         width = self._row_bytes
-        flat = memoryview(np.ascontiguousarray(matrix).reshape(-1).view(np.uint8))
+        matrix = np.ascontiguousarray(matrix)
+        flat = memoryview(matrix.reshape(-1).view(np.uint8))
         crc32 = zlib.crc32
+        if not texts and not reasons:         # the common case, without a Python step per field
+            crcs = [crc32(flat[start:start + width]) for start in range(0, count * width, width)] \
+                if width else [crc32(b"")] * count
+            labels = [-1] * count if label_values is None else np.asarray(label_values).astype(np.int64).tolist()
+            return EncodedBatch(list(map(Encoded, matrix, labels, crcs)), reasons)
         for row, index in enumerate(good):
             label = -1 if label_values is None else int(label_values[index])
             if texts:
@@ -174,8 +183,7 @@ class TabularCodec:
                  reasons: Dict[int, str]) -> np.ndarray:
         if column.type == "category":
             assert lookup is not None
-            codes = np.fromiter(map(lookup.get, values, _repeat(-2, len(values))), dtype=np.int64,
-                                count=len(values))
+            codes = _codes(lookup, values)
             for index in np.flatnonzero(codes == -2).tolist():
                 if is_missing(values[index]):
                     codes[index] = -1
@@ -211,7 +219,7 @@ class TabularCodec:
         name = self.label.name
         if self.label.kind == "class":
             assert self._class_lookup is not None
-            codes = np.fromiter(map(self._class_lookup.get, values, _repeat(-2, count)), dtype=np.int64, count=count)
+            codes = _codes(self._class_lookup, values)
             for index in np.flatnonzero(codes < 0).tolist():
                 value = values[index]
                 why = "missing label" if is_missing(value) else f"label {_show(value)} is not one of the classes"
@@ -246,6 +254,14 @@ def _floats(values: Any) -> Tuple[np.ndarray, Dict[int, str], np.ndarray]:
 def _text(values: Any, index: int) -> str:
     value = values[index]
     return repr(float(value)) if isinstance(values, np.ndarray) else value
+
+
+def _codes(lookup: Dict[str, int], values: Sequence[str]) -> np.ndarray:
+    """int64 index of each value in lookup, -2 for a value it does not hold."""
+    try:
+        return np.fromiter(map(lookup.__getitem__, values), dtype=np.int64, count=len(values))
+    except KeyError:                  # some value is unknown (or missing): the slower, forgiving lookup
+        return np.fromiter(map(lookup.get, values, _repeat(-2, len(values))), dtype=np.int64, count=len(values))
 
 
 def _lookup(names: Sequence[str]) -> Dict[str, int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import abc
 import os
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, Sequence
 
 import numpy as np
 
@@ -40,6 +40,12 @@ class ShardWriter(abc.ABC):
     @abc.abstractmethod
     def append(self, sample: Encoded) -> None:
         """Add the next sample (local index = number of samples appended before it)."""
+
+    def append_many(self, samples: Sequence[Encoded]) -> None:
+        """Add consecutive samples; the same as append() on each (a format may do it faster,
+        but must store exactly the same bytes)."""
+        for sample in samples:
+            self.append(sample)
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 from array import array
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import h5py
 import numpy as np
@@ -67,6 +67,25 @@ class HDF5Writer(ShardWriter):
         self._offsets.append(len(self._data))
         self._labels.append(sample.label)
         self._crcs.append(sample.crc32)
+
+    def append_many(self, samples: Sequence[Encoded]) -> None:
+        """Fixed-shape arrays stacked into one block (the same bytes as append() on each)."""
+        if not self._schema.is_array or not samples:
+            super().append_many(samples)
+            return
+        try:
+            block = np.ascontiguousarray(np.stack([sample.payload for sample in samples]), dtype=self._schema.dtype)
+        except (ValueError, TypeError):
+            block = None
+        if block is None or block.shape[1:] != tuple(self._schema.shape) or not block.nbytes:
+            super().append_many(samples)    # append() names the sample that does not fit
+            return
+        width = block.nbytes // len(samples)
+        start = len(self._data)
+        self._data += memoryview(block.reshape(-1).view(np.uint8))
+        self._offsets.extend(range(start + width, start + width * len(samples) + 1, width))
+        self._labels.extend([sample.label for sample in samples])
+        self._crcs.extend([sample.crc32 for sample in samples])
 
     def close(self) -> None:
         count = len(self._labels)

@@ -38,7 +38,16 @@ class Converted:
     tag: Optional[str] = None   # e.g. the detected image format, counted in the summary
 
 
-Outcome = Union[Converted, Skipped]
+@dataclass(frozen=True)
+class ConvertedRun:
+    """Consecutive input items all turned into samples, handed over at once so that sources
+    producing many small samples (CSV rows) do not pay a Python object and a sink step per item."""
+
+    samples: List[Encoded]
+    source_bytes: int = 0       # of the whole run
+
+
+Outcome = Union[Converted, ConvertedRun, Skipped]
 
 
 class Source(abc.ABC):

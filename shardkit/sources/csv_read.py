@@ -166,6 +166,11 @@ def _split_quoted_slowly(feed: List[str], count: int, delimiter: str,
     return rows, starts, consumed, errors
 
 
+def all_complete(rows: Rows, fields: int) -> bool:
+    """Whether every record was split and has `fields` fields (checked at C speed)."""
+    return None not in rows and set(map(len, rows)) <= {fields}  # type: ignore[arg-type]
+
+
 def check_fields(chunk: Chunk) -> None:
     """Mark records holding NUL bytes or invalid UTF-8 (decoded as surrogates) as bad."""
     rows = chunk.rows
@@ -355,4 +360,4 @@ def normalize_delimiter(value: Optional[str]) -> Optional[str]:
 
 
 __all__ = ["BOM", "Chunk", "FileProblem", "Head", "iter_chunks", "normalize_delimiter", "open_binary",
-           "parse_chunk", "read_head", "sniff_delimiter", "split_records"]
+           "parse_chunk", "read_head", "sniff_delimiter", "split_records", "all_complete"]

@@ -12,7 +12,7 @@ import numpy as np
 from ..codecs.tabular import LabelSpec
 from ..errors import EmptySourceError, SourceError, UsageError
 from .base import Skipped
-from .csv_read import Chunk, FileProblem, Head, iter_chunks, open_binary, read_head
+from .csv_read import Chunk, FileProblem, Head, all_complete, iter_chunks, open_binary, read_head
 from .csv_schema import SAMPLE_ROWS, SchemaOverrides, VocabularyCollector, infer_label_kind
 
 CSV_SUFFIXES = (".csv", ".csv.gz")
@@ -219,7 +219,8 @@ def stream_all(files: List[CsvFile], delimiter: str, collector: VocabularyCollec
                                         count_only=not getters):
                 checkpoints.append((rows, chunk.offset, chunk.first_line))
                 if getters:
-                    good = [row for row in chunk.rows if row is not None and len(row) == fields]
+                    good = chunk.rows if all_complete(chunk.rows, fields) else \
+                        [row for row in chunk.rows if row is not None and len(row) == fields]
                     for name, getter in getters:
                         collector.update(name, map(getter, good), f"{item.name}:{chunk.first_line}")
                 rows += len(chunk)

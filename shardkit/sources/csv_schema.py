@@ -85,7 +85,7 @@ def load_schema_file(path: Optional[str]) -> SchemaOverrides:
 
 def infer_type(values: Sequence[str]) -> str:
     """float | int | category for a column's sampled values."""
-    parsed, bad, missing = parse_floats(values)
+    parsed, bad, missing = parse_floats(values, first_bad=True)
     if bad:
         return "category"
     if missing.all():
@@ -110,7 +110,7 @@ def infer_label_kind(name: str, values: Sequence[str], where: str) -> str:
     present = [value for value in values if not is_missing(value)]
     if not present:
         return "int"
-    parsed, bad, _ = parse_floats(present)
+    parsed, bad, _ = parse_floats(present, first_bad=True)
     if bad:
         return "class"
     fractional = [value for value, number in zip(present, parsed.tolist()) if number != int(number)] \

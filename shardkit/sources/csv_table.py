@@ -19,8 +19,8 @@ import numpy as np
 
 from ..codecs.tabular import Column, LabelSpec, TabularCodec
 from ..errors import EmptySourceError, SourceError, UsageError
-from .base import Converted, Outcome, Skipped, Source
-from .csv_read import Chunk, normalize_delimiter
+from .base import Converted, ConvertedRun, Outcome, Skipped, Source
+from .csv_read import Chunk, all_complete, normalize_delimiter
 from .csv_scan import (CsvFile, holds_csv_tree, is_csv_path, label_spec, read_heads, sample, select, stream_all,
                        stream_file)
 from .csv_schema import VocabularyCollector, describe_columns, infer_type, load_schema_file, needs_float64
@@ -201,7 +201,7 @@ class CsvTableSource(Source):
         else:
             rows = chunk.rows[begin:end]
             fields = len(item.head.header)
-            for position, row in enumerate(rows):
+            for position, row in enumerate(() if all_complete(rows, fields) else rows):
                 if row is None:
                     reasons[position] = chunk.errors.get(begin + position, "unreadable record")
                 elif len(row) != fields:
@@ -213,6 +213,9 @@ class CsvTableSource(Source):
             columns = [table[position] for position in item.indices]
             labels = table[item.label_index] if item.label_index is not None else None
         batch = self.codec.encode(columns, labels, good)
+        if not reasons and not batch.reasons:
+            yield ConvertedRun(batch.samples, per_row * count)  # type: ignore[arg-type]
+            return
         samples = iter(range(good))
         for position in range(count):
             if position in reasons:

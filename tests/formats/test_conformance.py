@@ -127,6 +127,29 @@ class TestFormatConformance:
             get_format(fmt).open_reader(str(path), BYTES_SCHEMA, {})
         assert str(path) in str(caught.value)
 
+    @pytest.mark.parametrize("layout", ["bytes", "array"])
+    def test_append_many_writes_the_same_file_as_append(self, fmt: str, tmp_path: Path, layout: str) -> None:
+        schema, samples = (BYTES_SCHEMA, _bytes_samples(40)) if layout == "bytes" else \
+            (ARRAY_SCHEMA, _array_samples(40))
+        extension = get_format(fmt).extension
+        one, many = tmp_path / f"one{extension}", tmp_path / f"many{extension}"
+        write_shard(fmt, one, schema, samples)
+        writer = get_format(fmt).open_writer(str(many), schema, get_format(fmt).default_options(schema, 0))
+        writer.append(samples[0])
+        writer.append_many(samples[1:25])
+        writer.append_many([])
+        writer.append_many(samples[25:])
+        writer.close()
+        assert hashlib.sha256(many.read_bytes()).hexdigest() == hashlib.sha256(one.read_bytes()).hexdigest()
+
+    def test_append_many_refuses_a_wrong_shape(self, fmt: str, tmp_path: Path) -> None:
+        samples = _array_samples(3) + [Encoded.make(np.zeros((5, 7, 2), dtype=np.uint8), 0)]
+        writer = get_format(fmt).open_writer(str(tmp_path / f"bad{get_format(fmt).extension}"), ARRAY_SCHEMA,
+                                             get_format(fmt).default_options(ARRAY_SCHEMA, 0))
+        with pytest.raises(ValueError, match="shape"):
+            writer.append_many(samples)
+        writer.abort()
+
     def test_writer_writes_only_its_path(self, fmt: str, tmp_path: Path) -> None:
         path = tmp_path / f"only{get_format(fmt).extension}"
         write_shard(fmt, path, BYTES_SCHEMA, _bytes_samples(20))
