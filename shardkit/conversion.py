@@ -147,6 +147,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
         if isinstance(exc, ShardkitError):
             raise
         raise _destination_failure(dst, exc) from None
+    latch = SigintLatch().__enter__()     # left in the finally below, after the manifest
     try:
         created = _start_or_resume(journal, fingerprint, options)
         remove_stale_temps(dst)
@@ -163,9 +164,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
                           on_error=options.on_error, max_errors=options.max_errors, error_limit=options.max_errors)
         if options.readahead is not None:
             ctx.format_options["readahead"] = bool(options.readahead)
-        with SigintLatch() as latch:
-            results = done + _run(ctx, pending, options, already_skipped=already_skipped, latch=latch)
-            latch.check()
+        results = done + _run(ctx, pending, options, already_skipped=already_skipped, latch=latch)
         results.sort(key=lambda result: result.shard)
         manifest = _assemble(results, source, fmt, ctx, created, fingerprint, plan_skipped, options, src)
         if manifest.part is not None:
@@ -177,6 +176,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
         for result in results:
             skipped_lines.extend(result.skipped)
         _write_skipped(dst, skipped_lines)
+        latch.check()                     # a Ctrl-C swallowed anywhere so far still stops here
         manifest.save(dst)
         journal.remove()
     except KeyboardInterrupt:
@@ -195,6 +195,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
             raise
         raise _destination_failure(dst, exc) from None
     finally:
+        latch.__exit__(None, None, None)
         journal.unlock()
     report = _report_for(manifest, dst, started, reused=len(done))
     report.skipped = len(skipped_lines)
