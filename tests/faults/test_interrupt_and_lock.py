@@ -79,14 +79,18 @@ def _interrupt(process_tree: Path, reference: tuple, fmt: str, tmp_path: Path, w
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == 130, f"exit {proc.returncode} after Ctrl-C; stderr: {stderr}"
     assert_no_traceback(stdout + stderr)
     [line] = [line for line in stderr.splitlines() if line.strip()]
     assert line.startswith("error: ") and "interrupted" in line and "run the same command with --resume" in line
     assert wait_for(lambda: not session_processes(proc.pid), timeout=10), "a worker outlived Ctrl-C"
     assert not (dst / "manifest.json").exists()
     assert _temps(dst) == [], "Ctrl-C left temporary files"
-    assert done_records(dst) <= done_at_signal + workers < total, "the run went on after Ctrl-C"
+    # Each worker may finish the shard it holds and one the pool had already queued to it
+    # before the parent stops it; anything beyond that means the run went on after Ctrl-C.
+    finished = done_records(dst)
+    assert finished <= done_at_signal + 2 * workers and finished < total, \
+        f"the run went on after Ctrl-C: {done_at_signal} shards done at the signal, {finished} after, of {total}"
 
     result = run_cli(*args, "--resume", env_extra=EPOCH)
     assert result.returncode == 0, result.stderr
