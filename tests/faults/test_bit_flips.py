@@ -97,6 +97,12 @@ def _rng(fmt: str, salt: int) -> np.random.Generator:
     return np.random.default_rng([salt, sum(map(ord, fmt))])
 
 
+def _payload_flip(regions: List[Region], rng: np.random.Generator) -> Tuple[int, int, int, int]:
+    """A random bit inside a random sample's payload: (shard, local index, file offset, bit)."""
+    shard, local, start, stop = regions[int(rng.integers(len(regions)))]
+    return shard, local, int(rng.integers(start, stop)), int(rng.integers(8))
+
+
 def test_verify_full_detects_every_flip(flip_dataset: Path, fmt: str) -> None:
     shards = shard_paths(flip_dataset)
     sizes = [os.path.getsize(p) for p in shards]
@@ -121,8 +127,7 @@ def test_verify_deep_names_the_damaged_sample(flip_dataset: Path, fmt: str) -> N
     rng = _rng(fmt, 2)
     named = 0
     for _ in range(DEEP_TRIALS):
-        shard, local, start, stop = regions[int(rng.integers(len(regions)))]
-        offset, bit = int(rng.integers(start, stop)), int(rng.integers(8))
+        shard, local, offset, bit = _payload_flip(regions, rng)
         with bit_flipped(shards[shard], offset, bit):
             report = shardkit.verify(str(flip_dataset), mode="deep")
         samples = {(p.shard, p.index) for p in report.problems if p.kind == "sample"}
@@ -157,8 +162,7 @@ def test_reader_never_returns_a_damaged_payload(flip_dataset: Path, fmt: str) ->
     rng = _rng(fmt, 4)
     raised = 0
     for _ in range(READER_TRIALS):
-        shard, local, start, stop = regions[int(rng.integers(len(regions)))]
-        offset, bit = int(rng.integers(start, stop)), int(rng.integers(8))
+        shard, local, offset, bit = _payload_flip(regions, rng)
         with bit_flipped(shards[shard], offset, bit):
             ds = shardkit.open_dataset(flip_dataset, decode=None, verify_checksums=True)
             index = int(ds.shard_starts[shard]) + local
