@@ -21,7 +21,7 @@ from .manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, load_ma
 from .plan import ShardTask, make_tasks
 from .progress import Progress
 from .sink import ShardResult, SinkContext, explain_write_failure, write_shard
-from .sources import Skipped, open_source
+from .sources import Skipped, Source, open_source
 from .units import parse_part, parse_size
 
 DEFAULT_SHARD_SIZE = "256MB"
@@ -127,6 +127,13 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
         raise UsageError(f"{dst}: DST is SRC; write the converted dataset to another folder", path=dst)
     Journal(dst).check_unlocked()
     source = open_source(src, options)
+    try:
+        return _convert_source(source, src, dst, options, started)
+    finally:
+        source.close()
+
+
+def _convert_source(source: Source, src: str, dst: str, options: ConvertOptions, started: float) -> ConvertReport:
     fmt = get_format(options.format)
     schema = dataclasses.replace(source.schema, compression=options.compression,
                                  compression_level=options.compression_level)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Iterator, List, Optional, Sequence, Union, overload
 
 import numpy as np
 
@@ -43,3 +43,31 @@ class Encoded:
     def crc_ok(self) -> bool:
         """Whether the payload still matches its CRC32."""
         return payload_crc32(self.payload) == self.crc32
+
+
+class EncodedRows(Sequence[Encoded]):
+    """Consecutive fixed-shape array samples held as one block: row i is Encoded(payloads[i],
+    labels[i], crcs[i]). Sources of many small samples (CSV rows) hand these over so that no
+    Python object per sample is made unless a format asks for one."""
+
+    def __init__(self, payloads: np.ndarray, labels: List[int], crcs: List[int]) -> None:
+        self.payloads = np.ascontiguousarray(payloads)
+        self.labels = labels
+        self.crcs = crcs
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @overload
+    def __getitem__(self, index: int) -> Encoded: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Encoded]: ...
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        if isinstance(index, slice):
+            return EncodedRows(self.payloads[index], self.labels[index], self.crcs[index])
+        return Encoded(self.payloads[index], self.labels[index], self.crcs[index])
+
+    def __iter__(self) -> Iterator[Encoded]:
+        return map(Encoded, self.payloads, self.labels, self.crcs)

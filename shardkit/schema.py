@@ -1,7 +1,7 @@
 """SampleSchema: what one sample is, recorded in the manifest so readers need no flags."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
 #: Payload layouts a format must store: variable-length bytes, or a fixed-shape array.
@@ -42,7 +42,10 @@ class SampleSchema:
 
     def to_dict(self) -> Dict[str, Any]:
         """Plain JSON-ready dict."""
-        data = asdict(self)
+        data = asdict(replace(self, columns=[]))
+        # columns hold names and string lists only: copied directly (asdict deep-copies each vocabulary entry)
+        data["columns"] = [{key: list(value) if isinstance(value, (list, tuple)) else value
+                            for key, value in column.items()} for column in self.columns]
         data["shape"] = list(self.shape)
         return data
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..errors import UsageError
-from ..records import Encoded, Payload
+from ..records import Encoded, EncodedRows, Payload
 from ..schema import LAYOUT_ARRAY, LAYOUT_BYTES, SampleSchema
 
 TABULAR_VERSION = 1
@@ -63,7 +64,7 @@ class LabelSpec:
 class EncodedBatch:
     """The rows of one parsed chunk: a sample for each good row, a reason for each bad one."""
 
-    samples: List[Optional[Encoded]]
+    samples: Sequence[Optional[Encoded]]     # EncodedRows when every row is good and there is no text
     reasons: Dict[int, str]
 
 
@@ -113,9 +114,10 @@ class TabularCodec:
         self.columns = self.features + self.texts
         self.dtype = dtype
         self.label = label
-        self._lookups = [_lookup(column.vocabulary or ()) if column.type == "category" else None
-                         for column in self.features]
-        self._class_lookup = _lookup(label.classes) if label is not None and label.kind == "class" else None
+        self._lookups: List[Any] = [_codebook(column.vocabulary) if column.type == "category" else None
+                                    for column in self.features]
+        self._class_lookup = _codebook(label.classes or None) if label is not None and label.kind == "class" \
+            else None
         self._row_bytes = len(self.features) * np.dtype(dtype).itemsize
 
     # ---- schema ---------------------------------------------------------------------
@@ -148,41 +150,71 @@ class TabularCodec:
         return not self.texts and all(column.type != "category" for column in self.features) and \
             (self.label is None or self.label.kind == "int")
 
-    def encode(self, columns: Sequence[Any], labels: Optional[Any], count: int) -> EncodedBatch:
-        """Samples for `count` rows given each stored column's values (self.columns order: field
-        strings, or a float64 array already parsed) and the label values."""
+    def vectors(self, columns: Sequence[Any], labels: Optional[Any],
+                count: int) -> Tuple[np.ndarray, Optional[np.ndarray], Dict[int, str]]:
+        """(feature matrix of `count` rows, int64 labels or None, reason of each bad row) given each
+        feature column's values (field strings, or a float64 array already parsed) and the label values."""
         reasons: Dict[int, str] = {}
         matrix = np.empty((count, len(self.features)), dtype=self.dtype)
         for slot, column in enumerate(self.features):
             matrix[:, slot] = self._convert(column, columns[slot], self._lookups[slot], reasons)
         label_values = self._labels(labels, count, reasons) if self.label is not None else None
-        texts = columns[len(self.features):]
+        return matrix, label_values, reasons
+
+    def text_tails(self, texts: Sequence[Sequence[str]], count: int) -> List[bytes]:
+        """The text part of each row's record: per text column a uint32 length and the UTF-8 bytes."""
+        pack = _U32.pack
+        tails = []
+        for index in range(count):
+            parts = []
+            for values in texts:
+                data = values[index].encode("utf-8")
+                parts.append(pack(len(data)))
+                parts.append(data)
+            tails.append(b"".join(parts))
+        return tails
+
+    def samples(self, matrix: np.ndarray, label_values: Optional[np.ndarray], tails: Optional[Sequence[bytes]],
+                reasons: Dict[int, str]) -> EncodedBatch:
+        """Encoded samples of the rows of `matrix` (its labels, and its text tails with text columns);
+        None for the rows that `reasons` names."""
+        count = len(matrix)
         good = [index for index in range(count) if index not in reasons] if reasons else range(count)
         if reasons:
             matrix = matrix[np.asarray(good, dtype=np.int64)]
         samples: List[Optional[Encoded]] = [None] * count
         width = self._row_bytes
-        matrix = np.ascontiguousarray(matrix)
+        matrix = np.ascontiguousarray(matrix, dtype=self.dtype)
         flat = memoryview(matrix.reshape(-1).view(np.uint8))
         crc32 = zlib.crc32
-        if not texts and not reasons:         # the common case, without a Python step per field
+        if tails is None and not reasons:     # the common case, without a Python step per field
             crcs = [crc32(flat[start:start + width]) for start in range(0, count * width, width)] \
                 if width else [crc32(b"")] * count
             labels = [-1] * count if label_values is None else np.asarray(label_values).astype(np.int64).tolist()
-            return EncodedBatch(list(map(Encoded, matrix, labels, crcs)), reasons)
+            return EncodedBatch(EncodedRows(matrix, labels, crcs), reasons)
         for row, index in enumerate(good):
             label = -1 if label_values is None else int(label_values[index])
-            if texts:
-                payload: Payload = self._record(flat[row * width:(row + 1) * width], texts, index)
+            if tails is not None:
+                payload: Payload = bytes(flat[row * width:(row + 1) * width]) + tails[index]
                 samples[index] = Encoded(payload, label, crc32(payload) & 0xFFFFFFFF)
             else:
                 samples[index] = Encoded(matrix[row], label, crc32(flat[row * width:(row + 1) * width]) & 0xFFFFFFFF)
         return EncodedBatch(samples, reasons)
 
-    def _convert(self, column: Column, values: Sequence[str], lookup: Optional[Dict[str, int]],
+    def open_codes(self) -> Dict[str, "OpenCodes"]:
+        """The codes of every category column (and class label) whose vocabulary is being collected."""
+        found = {column.name: lookup for column, lookup in zip(self.features, self._lookups)
+                 if isinstance(lookup, OpenCodes)}
+        if self.label is not None and isinstance(self._class_lookup, OpenCodes):
+            found[self.label.name] = self._class_lookup
+        return found
+
+    def _convert(self, column: Column, values: Sequence[str], lookup: Any,
                  reasons: Dict[int, str]) -> np.ndarray:
         if column.type == "category":
             assert lookup is not None
+            if isinstance(lookup, OpenCodes):
+                return lookup.codes(values)
             codes = _codes(lookup, values)
             for index in np.flatnonzero(codes == -2).tolist():
                 if is_missing(values[index]):
@@ -219,7 +251,8 @@ class TabularCodec:
         name = self.label.name
         if self.label.kind == "class":
             assert self._class_lookup is not None
-            codes = _codes(self._class_lookup, values)
+            lookup = self._class_lookup
+            codes = lookup.codes(values) if isinstance(lookup, OpenCodes) else _codes(lookup, values)
             for index in np.flatnonzero(codes < 0).tolist():
                 value = values[index]
                 why = "missing label" if is_missing(value) else f"label {_show(value)} is not one of the classes"
@@ -234,14 +267,6 @@ class TabularCodec:
                 bad.get(index, f"label {_show(value)} is not an integer")
             reasons.setdefault(index, f"column {name!r}: {why}")
         return np.where(wrong, -1, parsed).astype(np.int64)
-
-    def _record(self, vector: memoryview, texts: Sequence[Sequence[str]], index: int) -> bytes:
-        parts = [bytes(vector)]
-        for values in texts:
-            data = values[index].encode("utf-8")
-            parts.append(_U32.pack(len(data)))
-            parts.append(data)
-        return b"".join(parts)
 
 
 def _floats(values: Any) -> Tuple[np.ndarray, Dict[int, str], np.ndarray]:
@@ -259,13 +284,58 @@ def _text(values: Any, index: int) -> str:
 def _codes(lookup: Dict[str, int], values: Sequence[str]) -> np.ndarray:
     """int64 index of each value in lookup, -2 for a value it does not hold."""
     try:
-        return np.fromiter(map(lookup.__getitem__, values), dtype=np.int64, count=len(values))
+        return _mapped(lookup, values)
     except KeyError:                  # some value is unknown (or missing): the slower, forgiving lookup
         return np.fromiter(map(lookup.get, values, _repeat(-2, len(values))), dtype=np.int64, count=len(values))
 
 
+def _mapped(lookup: Dict[str, int], values: Sequence[str]) -> np.ndarray:
+    """int64 lookup[value] of each value (KeyError for one it lacks); one C call for them all."""
+    if len(values) > 1:
+        return np.array(itemgetter(*values)(lookup), dtype=np.int64)
+    return np.array([lookup[value] for value in values], dtype=np.int64)
+
+
 def _lookup(names: Sequence[str]) -> Dict[str, int]:
     return {name: index for index, name in enumerate(names)}
+
+
+def _codebook(names: Optional[Sequence[str]]) -> Any:
+    """A fixed lookup for a known vocabulary; OpenCodes for one still being collected (None)."""
+    return OpenCodes() if names is None else _lookup(names)
+
+
+class OpenCodes:
+    """Codes of a category column whose vocabulary is still being collected: ids in order of first
+    appearance, -1 for missing values. ranks() turns them into codes of the sorted vocabulary."""
+
+    def __init__(self) -> None:
+        self.lookup: Dict[str, int] = {}
+        self.names: List[str] = []
+
+    def codes(self, values: Sequence[str]) -> np.ndarray:
+        """int64 id of each value, adding the values not seen before."""
+        try:
+            return _mapped(self.lookup, values)
+        except KeyError:
+            for value in set(values).difference(self.lookup):
+                if is_missing(value):
+                    self.lookup[value] = -1
+                else:
+                    self.lookup[value] = len(self.names)
+                    self.names.append(value)
+            return _mapped(self.lookup, values)
+
+    def vocabulary(self) -> List[str]:
+        """The distinct values seen (missing ones left out), sorted."""
+        return sorted(self.names)
+
+    def ranks(self) -> np.ndarray:
+        """int64 code in the sorted vocabulary of each id; the extra last entry keeps -1 (missing) at -1."""
+        ranks = np.empty(len(self.names) + 1, dtype=np.int64)
+        ranks[np.argsort(np.array(self.names, dtype=object), kind="stable")] = np.arange(len(self.names))
+        ranks[-1] = -1
+        return ranks
 
 
 def _repeat(value: int, count: int) -> Any:
@@ -327,5 +397,5 @@ def _dict_decoder(schema: SampleSchema) -> Callable[[Payload], Dict[str, Any]]:
     return decode
 
 
-__all__ = ["COLUMN_TYPES", "Column", "EncodedBatch", "LabelSpec", "MISSING_VALUES", "TabularCodec",
+__all__ = ["COLUMN_TYPES", "Column", "EncodedBatch", "LabelSpec", "MISSING_VALUES", "OpenCodes", "TabularCodec",
            "is_missing", "make_tabular_decoder", "parse_floats", "split_record"]

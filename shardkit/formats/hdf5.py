@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import CorruptShardError, UsageError
 from ..integrity import fsync_path
-from ..records import Encoded
+from ..records import Encoded, EncodedRows
 from ..schema import COMPRESSIONS, SampleSchema
 from .base import ShardFormat, ShardReader, ShardWriter, readahead_by_size
 
@@ -74,7 +74,9 @@ class HDF5Writer(ShardWriter):
             super().append_many(samples)
             return
         try:
-            block = np.ascontiguousarray(np.stack([sample.payload for sample in samples]), dtype=self._schema.dtype)
+            payloads = samples.payloads if isinstance(samples, EncodedRows) else \
+                np.stack([sample.payload for sample in samples])
+            block = np.ascontiguousarray(payloads, dtype=self._schema.dtype)
         except (ValueError, TypeError):
             block = None
         if block is None or block.shape[1:] != tuple(self._schema.shape) or not block.nbytes:
@@ -84,8 +86,12 @@ class HDF5Writer(ShardWriter):
         start = len(self._data)
         self._data += memoryview(block.reshape(-1).view(np.uint8))
         self._offsets.extend(range(start + width, start + width * len(samples) + 1, width))
-        self._labels.extend([sample.label for sample in samples])
-        self._crcs.extend([sample.crc32 for sample in samples])
+        if isinstance(samples, EncodedRows):
+            self._labels.extend(samples.labels)
+            self._crcs.extend(samples.crcs)
+        else:
+            self._labels.extend([sample.label for sample in samples])
+            self._crcs.extend([sample.crc32 for sample in samples])
 
     def close(self) -> None:
         count = len(self._labels)

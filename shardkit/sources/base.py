@@ -86,3 +86,6 @@ class Source(abc.ABC):
     def plan_skipped(self) -> List[Skipped]:
         """Items rejected while scanning (broken links, ...), reported in skipped.jsonl."""
         return []
+
+    def close(self) -> None:
+        """Release what the scan left for the conversion (temporary files); the source is done."""

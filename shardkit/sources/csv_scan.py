@@ -1,19 +1,18 @@
 """Scanning a CSV source: find the files, read their headers, pick and type the columns, sample,
-then stream every file once to count rows, keep checkpoints and collect vocabularies."""
+then stream every file once to count rows and keep checkpoints (and hand chunks to the spill)."""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from operator import itemgetter
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from ..codecs.tabular import LabelSpec
 from ..errors import EmptySourceError, SourceError, UsageError
 from .base import Skipped
-from .csv_read import Chunk, FileProblem, Head, all_complete, iter_chunks, open_binary, read_head
-from .csv_schema import SAMPLE_ROWS, SchemaOverrides, VocabularyCollector, infer_label_kind
+from .csv_read import Chunk, FileProblem, Head, iter_chunks, open_binary, read_head
+from .csv_schema import SAMPLE_ROWS, SchemaOverrides, infer_label_kind
 
 CSV_SUFFIXES = (".csv", ".csv.gz")
 
@@ -198,31 +197,23 @@ def label_spec(name: str, overrides: SchemaOverrides, sample: List[str], first: 
     return LabelSpec(name, infer_label_kind(name, sample, first.name))
 
 
-def stream_all(files: List[CsvFile], delimiter: str, collector: VocabularyCollector, stored: List[str],
-               label_name: Optional[str], quiet: bool) -> None:
-    """Count every file's rows, record its checkpoints and collect vocabularies."""
+def stream_all(files: List[CsvFile], delimiter: str, quiet: bool,
+               on_chunk: Optional[Callable[[CsvFile, Chunk], None]] = None) -> None:
+    """Count every file's rows and record its checkpoints. With on_chunk, every chunk is split into
+    records and handed over; without it, quote-free chunks are only counted."""
     from ..progress import Progress
-    targets = [name for name in collector.values]
     first_row = 0
     with Progress(sum(item.size for item in files), "scan csv", quiet=quiet, unit="B") as bar:
         for item in files:
-            fields = len(item.head.header)
-            position = {name: index for name, index in zip(stored, item.indices)}
-            if label_name is not None and item.label_index is not None:
-                position[label_name] = item.label_index
-            getters = [(name, itemgetter(position[name])) for name in targets]
             checkpoints: List[Tuple[int, int, int]] = []
             rows = 0
             plain = not item.path.lower().endswith(".gz")
             done = 0
             for chunk, _ in stream_file(item, item.head.data_offset, item.head.data_line, 0, delimiter,
-                                        count_only=not getters):
+                                        count_only=on_chunk is None):
                 checkpoints.append((rows, chunk.offset, chunk.first_line))
-                if getters:
-                    good = chunk.rows if all_complete(chunk.rows, fields) else \
-                        [row for row in chunk.rows if row is not None and len(row) == fields]
-                    for name, getter in getters:
-                        collector.update(name, map(getter, good), f"{item.name}:{chunk.first_line}")
+                if on_chunk is not None:
+                    on_chunk(item, chunk)
                 rows += len(chunk)
                 if plain:
                     bar.advance(chunk.nbytes, chunk.nbytes)

@@ -3,18 +3,18 @@
 Inference looks at the first SAMPLE_ROWS rows: a column whose values are all integers (none
 missing) is "int", all numbers or missing is "float", anything else is "category" — unless
 --text-columns names it. Streaming confirms it: a later value that contradicts the type makes
-its row bad. Vocabularies (and string label classes) are collected over every row.
+its row bad. Vocabularies (and string label classes) are collected over every row (codecs.tabular.OpenCodes).
 """
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..codecs.tabular import COLUMN_TYPES, EXACT_INT, MISSING_VALUES, Column, is_missing, parse_floats
+from ..codecs.tabular import COLUMN_TYPES, EXACT_INT, Column, is_missing, parse_floats
 from ..errors import SourceError, UsageError
 
 SAMPLE_ROWS = 10_000
@@ -122,29 +122,10 @@ def infer_label_kind(name: str, values: Sequence[str], where: str) -> str:
     return "int"
 
 
-class VocabularyCollector:
-    """Distinct values of some columns over every row, refusing more than MAX_CATEGORIES."""
-
-    def __init__(self, names: Iterable[str]) -> None:
-        self.values: Dict[str, Set[str]] = {name: set() for name in names}
-
-    def __bool__(self) -> bool:
-        return bool(self.values)
-
-    def update(self, name: str, values: Iterable[str], where: str) -> None:
-        seen = self.values[name]
-        seen.update(values)
-        if len(seen) > MAX_CATEGORIES + len(MISSING_VALUES):
-            present = {value for value in seen if not is_missing(value)}
-            if len(present) > MAX_CATEGORIES:
-                raise SourceError(f"{where}: column {name!r} has more than {MAX_CATEGORIES} distinct values; "
-                                  f"keep it as text (--text-columns {name}), leave it out (--columns), or give "
-                                  "its type in --schema")
-            self.values[name] = present
-
-    def result(self, name: str) -> List[str]:
-        """Sorted distinct non-missing values of a column."""
-        return sorted(value for value in self.values[name] if not is_missing(value))
+def too_many_categories(name: str, where: str) -> SourceError:
+    """The error for a string column (or label) with more than MAX_CATEGORIES distinct values."""
+    return SourceError(f"{where}: column {name!r} has more than {MAX_CATEGORIES} distinct values; keep it as "
+                       f"text (--text-columns {name}), leave it out (--columns), or give its type in --schema")
 
 
 def describe_columns(columns: Sequence[Column]) -> Dict[str, Any]:
@@ -155,5 +136,5 @@ def describe_columns(columns: Sequence[Column]) -> Dict[str, Any]:
     return counts
 
 
-__all__ = ["MAX_CATEGORIES", "SAMPLE_ROWS", "SchemaOverrides", "VocabularyCollector", "describe_columns",
-           "infer_label_kind", "infer_type", "load_schema_file", "needs_float64"]
+__all__ = ["MAX_CATEGORIES", "SAMPLE_ROWS", "SchemaOverrides", "describe_columns",
+           "infer_label_kind", "infer_type", "load_schema_file", "needs_float64", "too_many_categories"]

@@ -1,31 +1,44 @@
 """CSV trees: one .csv / .csv.gz file, or a folder of them (recursively, sorted), one sample per row.
 
 Opening the source reads each file's header, infers the column types from a bounded sample,
-then streams every file once: it counts the rows, keeps a checkpoint (row, byte offset, line)
-at each ~1 MiB chunk, and collects the vocabularies of string columns. Shards are cut by row
-count; encode_range() seeks to the checkpoint before its first row and streams from there, so
-memory follows the chunk and shard size, never the file size.
+then streams every file once, in ~1 MiB chunks of whole records. Shards are cut by row count.
+Each file is split into fields once, whatever its columns:
+
+- all-numeric tables: the scan only counts rows and keeps a checkpoint (row, byte offset, line)
+  per chunk; encode_range() seeks to the checkpoint before its first row and parses from there
+  (numpy's C parser for plain numbers), in whichever worker writes the shard;
+- tables with string columns: the scan parses every row, collecting the vocabularies, and
+  spills the parsed rows to temporary files (csv_spill); encode_range() reads its rows back
+  and turns the provisional category ids into codes of the sorted vocabularies.
+
+Memory follows the chunk and shard size, never the file size.
 """
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import json
 import os
 import warnings
+import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..codecs.tabular import Column, LabelSpec, TabularCodec
+from ..codecs.tabular import Column, EncodedBatch, LabelSpec, TabularCodec
 from ..errors import EmptySourceError, SourceError, UsageError
 from .base import Converted, ConvertedRun, Outcome, Skipped, Source
 from .csv_read import Chunk, all_complete, normalize_delimiter
 from .csv_scan import (CsvFile, holds_csv_tree, is_csv_path, label_spec, read_heads, sample, select, stream_all,
                        stream_file)
-from .csv_schema import VocabularyCollector, describe_columns, infer_type, load_schema_file, needs_float64
+from .csv_schema import (MAX_CATEGORIES, describe_columns, infer_type, load_schema_file, needs_float64,
+                         too_many_categories)
+from .csv_spill import Spill
 
 _FAST_DELIMITERS = (",", "\t", ";", "|")
+#: Rows read back from the spill at a time.
+SPILL_BLOCK = 1 << 16
 
 
 class CsvTableSource(Source):
@@ -34,7 +47,8 @@ class CsvTableSource(Source):
     kind = "csv"
 
     def __init__(self, files: List[CsvFile], codec: TabularCodec, delimiter: str, summary: Dict[str, Any],
-                 skipped: List[Skipped]) -> None:
+                 skipped: List[Skipped], spill: Optional[Spill] = None,
+                 ranks: Optional[Dict[str, np.ndarray]] = None) -> None:
         self.files = files
         self.codec = codec
         self.delimiter = delimiter
@@ -47,6 +61,18 @@ class CsvTableSource(Source):
         self._skipped = skipped
         self._resume: Optional[Tuple[int, int, Optional[Tuple[Chunk, int]], Iterator[Tuple[Chunk, int]]]] = None
         self._fast = True
+        self._spill = spill
+        ranks = ranks or {}
+        self._feature_ranks = [(slot, ranks[column.name]) for slot, column in enumerate(codec.features)
+                               if column.name in ranks]
+        self._label_ranks = ranks.get(label.name) if label is not None else None
+        if spill is not None:
+            weakref.finalize(self, spill.remove)
+
+    def close(self) -> None:
+        """Remove the temporary files of the parsed rows (if any)."""
+        if self._spill is not None:
+            self._spill.remove()
 
     # ---- scanning -------------------------------------------------------------------
     @classmethod
@@ -72,30 +98,40 @@ class CsvTableSource(Source):
             column.type == "int" and column.name not in overrides.columns and needs_float64(sample_columns[column.name])
             for column in columns) else "float32")
         label = label_spec(label_name, overrides, sample_labels, files[0]) if label_name else None
-        collector = VocabularyCollector(
-            [column.name for column in columns if column.type == "category" and column.vocabulary is None]
-            + ([label_name] if label is not None and label.kind == "class" and not label.classes else []))
-        stream_all(files, delimiter, collector, stored, label_name, quiet=bool(getattr(options, "quiet", False)))
-        if collector:
-            columns = [Column(column.name, column.type, tuple(collector.result(column.name)))
-                       if column.name in collector.values else column for column in columns]
-            if label is not None and label_name in collector.values:
-                label = LabelSpec(label.name, "class", tuple(collector.result(label_name)))
-        total = sum(item.rows for item in files)
-        if total == 0:
-            first = files[0]
-            where = f"{first.name}:{first.head.header_line}" if len(files) == 1 else src
-            raise EmptySourceError(f"{where}: header only, no data rows" if len(files) == 1 else
-                                   f"{where}: the {len(files)} CSV files hold no data rows (header only)", path=src)
-        codec = TabularCodec(columns, dtype, label)
+        codec = TabularCodec(columns, dtype, label)   # vocabularies still open where not given
         for item in files:                    # fields in the codec's order: features, then text columns
             position = {name: index for index, name in enumerate(item.head.header)}
             item.indices = [position[column.name] for column in codec.columns]
+        spill = None if codec.all_numeric else Spill(dtype, len(codec.features), bool(codec.texts))
+        try:
+            stream_all(files, delimiter, quiet=bool(getattr(options, "quiet", False)),
+                       on_chunk=None if spill is None else functools.partial(_spill_chunk, codec, spill))
+            total = sum(item.rows for item in files)
+            if total == 0:
+                first = files[0]
+                where = f"{first.name}:{first.head.header_line}" if len(files) == 1 else src
+                raise EmptySourceError(f"{where}: header only, no data rows" if len(files) == 1 else
+                                       f"{where}: the {len(files)} CSV files hold no data rows (header only)",
+                                       path=src)
+            opened = codec.open_codes()
+            if opened:
+                columns = [Column(column.name, column.type, tuple(opened[column.name].vocabulary()))
+                           if column.name in opened else column for column in codec.columns]
+                if label is not None and label.name in opened:
+                    label = LabelSpec(label.name, "class", tuple(opened[label.name].vocabulary()))
+                codec = TabularCodec(columns, dtype, label)
+            if spill is not None:
+                spill.finish()
+        except BaseException:
+            if spill is not None:
+                spill.remove()
+            raise
         summary = {"csv_files": found, "files_read": len(files), "files_skipped": len(skipped),
                    "files_without_rows": sum(1 for item in files if item.rows == 0), "rows": total,
                    "file_bytes": sum(item.size for item in files), "sample_rows": sampled,
                    "column_types": describe_columns(columns), "delimiter": delimiter}
-        return cls(files, codec, delimiter, summary, skipped)
+        ranks = {name: codes.ranks() for name, codes in opened.items()}
+        return cls(files, codec, delimiter, summary, skipped, spill, ranks)
 
     # ---- Source interface -------------------------------------------------------------
     def item_sizes(self) -> np.ndarray:
@@ -142,7 +178,10 @@ class CsvTableSource(Source):
             index = bisect.bisect_right(self._first_rows, position) - 1
             item = self.files[index]
             end = min(stop, item.first_row + item.rows)
-            yield from self._encode_file(index, position - item.first_row, end - position)
+            if self._spill is not None:
+                yield from self._encode_spilled(item, position, end)
+            else:
+                yield from self._encode_file(index, position - item.first_row, end - position)
             position = end
 
     # ---- streaming rows -----------------------------------------------------------------
@@ -190,44 +229,29 @@ class CsvTableSource(Source):
                           "conversion?)", path=item.path)
 
     def _encode_chunk(self, item: CsvFile, chunk: Chunk, begin: int, end: int) -> Iterator[Outcome]:
-        count = end - begin
-        per_row = chunk.nbytes // max(1, len(chunk))
         values = self._fast_values(item, chunk, begin, end) if self._fast else None
-        reasons: Dict[int, str] = {}
-        if values is not None:
-            columns: List[Any] = [values[:, position] for position in item.indices]
-            labels: Any = values[:, item.label_index] if item.label_index is not None else None
-            good = count
-        else:
-            rows = chunk.rows[begin:end]
-            fields = len(item.head.header)
-            for position, row in enumerate(() if all_complete(rows, fields) else rows):
-                if row is None:
-                    reasons[position] = chunk.errors.get(begin + position, "unreadable record")
-                elif len(row) != fields:
-                    reasons[position] = f"row has {len(row)} fields, the header has {fields}"
-            if reasons:
-                rows = [row for position, row in enumerate(rows) if position not in reasons]
-            good = len(rows)
-            table = list(zip(*rows)) if rows else [()] * fields
-            columns = [table[position] for position in item.indices]
-            labels = table[item.label_index] if item.label_index is not None else None
-        batch = self.codec.encode(columns, labels, good)
-        if not reasons and not batch.reasons:
-            yield ConvertedRun(batch.samples, per_row * count)  # type: ignore[arg-type]
-            return
-        samples = iter(range(good))
-        for position in range(count):
-            if position in reasons:
-                reason = reasons[position]
-            else:
-                slot = next(samples)
-                sample = batch.samples[slot]
-                if sample is not None:
-                    yield Converted(sample, per_row)
-                    continue
-                reason = batch.reasons[slot]
-            yield Skipped(item.name, reason, line=chunk.line_of(begin + position))
+        matrix, labels, tails, reasons = chunk_vectors(self.codec, item, chunk, begin, end, values)
+        lines = {position: chunk.line_of(begin + position) for position in reasons}
+        per_row = chunk.nbytes // max(1, len(chunk))
+        yield from _outcomes(self.codec.samples(matrix, labels, tails, reasons), item.name, lines, per_row)
+
+    def _encode_spilled(self, item: CsvFile, start: int, stop: int) -> Iterator[Outcome]:
+        """Rows [start, stop) of one file, from the rows the scan parsed, in blocks of SPILL_BLOCK rows."""
+        assert self._spill is not None
+        per_row = item.size // max(1, item.rows)
+        for begin in range(start, stop, SPILL_BLOCK):
+            rows = self._spill.read(begin, min(stop, begin + SPILL_BLOCK))
+            vectors = rows.vectors
+            for slot, ranks in self._feature_ranks:
+                vectors[:, slot] = ranks[vectors[:, slot].astype(np.int64)]
+            labels: Optional[np.ndarray] = rows.labels
+            if self._label_ranks is not None:
+                labels = self._label_ranks[rows.labels]
+            elif self.codec.label is None:
+                labels = None
+            reasons = {position: reason for position, (_, reason) in rows.bad.items()}
+            lines = {position: line for position, (line, _) in rows.bad.items()}
+            yield from _outcomes(self.codec.samples(vectors, labels, rows.tails, reasons), item.name, lines, per_row)
 
     def _fast_values(self, item: CsvFile, chunk: Chunk, begin: int, end: int) -> Optional[np.ndarray]:
         """Every field of the rows parsed by numpy's C parser, when the rows are plain numbers;
@@ -247,4 +271,74 @@ class CsvTableSource(Source):
         return values
 
 
-__all__ = ["CsvTableSource", "holds_csv_tree", "is_csv_path"]
+def chunk_vectors(codec: TabularCodec, item: CsvFile, chunk: Chunk, begin: int, end: int,
+                  values: Optional[np.ndarray] = None) -> Tuple[np.ndarray, Optional[np.ndarray],
+                                                                Optional[List[bytes]], Dict[int, str]]:
+    """(feature matrix, labels, text parts or None, reason of each bad row) of records [begin, end)
+    of a chunk, one entry per record; `values` are the fields already parsed as numbers, if they were."""
+    count = end - begin
+    reasons: Dict[int, str] = {}
+    kept: Optional[List[int]] = None
+    if values is not None:
+        columns: List[Any] = [values[:, position] for position in item.indices]
+        label_values: Any = values[:, item.label_index] if item.label_index is not None else None
+    else:
+        rows = chunk.rows[begin:end]
+        fields = len(item.head.header)
+        for position, row in enumerate(() if all_complete(rows, fields) else rows):
+            if row is None:
+                reasons[position] = chunk.errors.get(begin + position, "unreadable record")
+            elif len(row) != fields:
+                reasons[position] = f"row has {len(row)} fields, the header has {fields}"
+        if reasons:
+            kept = [position for position in range(count) if position not in reasons]
+            rows = [rows[position] for position in kept]
+        table = list(zip(*rows)) if rows else [()] * fields
+        columns = [table[position] for position in item.indices]
+        label_values = table[item.label_index] if item.label_index is not None else None
+    good = count - len(reasons)
+    features = len(codec.features)
+    matrix, labels, bad = codec.vectors(columns[:features], label_values, good)
+    tails = codec.text_tails(columns[features:], good) if codec.texts else None
+    if kept is None:
+        return matrix, labels, tails, bad
+    where = np.asarray(kept, dtype=np.int64)
+    full = np.zeros((count, features), dtype=matrix.dtype)
+    full[where] = matrix
+    if labels is not None:
+        all_labels = np.full(count, -1, dtype=np.int64)
+        all_labels[where] = labels
+        labels = all_labels
+    if tails is not None:
+        all_tails = [b""] * count
+        for index, position in enumerate(kept):
+            all_tails[position] = tails[index]
+        tails = all_tails
+    reasons.update((kept[index], reason) for index, reason in bad.items())
+    return full, labels, tails, reasons
+
+
+def _spill_chunk(codec: TabularCodec, spill: Spill, item: CsvFile, chunk: Chunk) -> None:
+    """The scan's step for a table with string columns: parse the chunk's records and spill them."""
+    matrix, labels, tails, reasons = chunk_vectors(codec, item, chunk, 0, len(chunk))
+    spill.append(matrix, labels, tails, {position: (chunk.line_of(position), reason)
+                                         for position, reason in reasons.items()})
+    for name, codes in codec.open_codes().items():
+        if len(codes.names) > MAX_CATEGORIES:
+            raise too_many_categories(name, f"{item.name}:{chunk.first_line}")
+
+
+def _outcomes(batch: EncodedBatch, name: str, lines: Dict[int, int], per_row: int) -> Iterator[Outcome]:
+    """The batch's samples as one run when all rows are good, else row by row with a Skipped
+    (file name, line) for each bad one."""
+    if not batch.reasons:
+        yield ConvertedRun(batch.samples, per_row * len(batch.samples))  # type: ignore[arg-type]
+        return
+    for position, encoded in enumerate(batch.samples):
+        if encoded is not None:
+            yield Converted(encoded, per_row)
+        else:
+            yield Skipped(name, batch.reasons[position], line=lines[position])
+
+
+__all__ = ["CsvTableSource", "chunk_vectors", "holds_csv_tree", "is_csv_path"]

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 _CHILD = """
 import json, resource, sys
@@ -32,13 +34,33 @@ def _large_csv(path: Path, megabytes: int) -> int:
     return repeats * len(lines)
 
 
-def test_peak_rss_stays_far_below_the_file_size(tmp_path):
+def _large_string_csv(path: Path, megabytes: int) -> int:
+    """A CSV of about `megabytes` MB with 2 numbers, 6 category columns (some values quoted) and a
+    class label: the rows go through the scan's temporary files."""
+    rng = np.random.default_rng(1)
+    words = [f"word{i}" if i % 5 else f"\"word{i}, quoted\"" for i in range(300)]
+    lines = [f"{rng.normal():.5f},{rng.normal():.5f}," + ",".join(words[k] for k in rng.integers(0, 300, 6))
+             + f",class{rng.integers(0, 7)}\n" for _ in range(10_000)]
+    text = "".join(lines).encode()
+    repeats = max(1, megabytes * 1_000_000 // len(text))
+    with open(path, "wb") as handle:
+        handle.write(b"x0,x1,c0,c1,c2,c3,c4,c5,label\n")
+        for _ in range(repeats):
+            handle.write(text)
+    return repeats * len(lines)
+
+
+@pytest.mark.parametrize("kind", ["numeric", "strings"])
+def test_peak_rss_stays_far_below_the_file_size(tmp_path, kind):
     src = tmp_path / "large.csv"
-    rows = _large_csv(src, 120)
+    rows = _large_csv(src, 120) if kind == "numeric" else _large_string_csv(src, 150)
     size = src.stat().st_size
+    (tmp_path / "tmp").mkdir()
     result = subprocess.run([sys.executable, "-c", _CHILD, str(src), str(tmp_path / "dst")], check=True,
-                            capture_output=True, text=True, timeout=600)
+                            capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
     facts = json.loads(result.stdout.strip().splitlines()[-1])
     assert facts["rows"] == rows
     growth = (facts["rss_kib"] - facts["before_kib"]) * 1024
     assert growth < size / 3, f"peak RSS grew by {growth / 1e6:.0f} MB converting a {size / 1e6:.0f} MB CSV"
+    assert list((tmp_path / "tmp").iterdir()) == []

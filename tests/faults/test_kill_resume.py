@@ -45,10 +45,11 @@ def _finished(dst: Path) -> Dict[str, Tuple[int, int]]:
     return found
 
 
-def _kill_at(args: List[object], delay: float = 0.0, when: Optional[Callable[[], bool]] = None) -> Tuple[int, int]:
+def _kill_at(args: List[object], delay: float = 0.0, when: Optional[Callable[[], bool]] = None,
+             env: Dict[str, str] = EPOCH) -> Tuple[int, int]:
     """Start the command and SIGKILL its parent: once `when()` holds (polled every millisecond),
     then after `delay` seconds. Returns (exit code, workers that outlived it)."""
-    proc = start_cli(*args, env_extra=EPOCH)
+    proc = start_cli(*args, env_extra=env)
     if when is not None:
         while proc.poll() is None and not when():
             time.sleep(0.001)
@@ -87,17 +88,22 @@ def csv_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_kill9_csv_source_then_resume(csv_source: Path, fmt: str, tmp_path: Path) -> None:
-    """The same for a CSV source (3 trials per format), whose plan comes from streaming the file."""
+    """The same for a CSV source (3 trials per format), whose rows the scan parses into temporary
+    files: a killed run leaves them behind, and the resume removes them."""
     def args(dst: Path) -> List[object]:
         return ["convert", csv_source, dst, "--format", fmt, "--label-column", "label",
                 "--samples-per-shard", 1000, "--quiet"]
+    spill_home = tmp_path / "tmp"
+    spill_home.mkdir()
     reference = tmp_path / "reference"
     timeline = timed_run(args(reference), reference)
-    _trials(args, tree_bytes(reference), timeline, 3, tmp_path, np.random.default_rng(len(fmt)), f"{fmt} CSV")
+    _trials(args, tree_bytes(reference), timeline, 3, tmp_path, np.random.default_rng(len(fmt)), f"{fmt} CSV",
+            env={**EPOCH, "TMPDIR": str(spill_home)})
+    assert list(spill_home.iterdir()) == [], "temporary files of the killed runs were left behind"
 
 
 def _trials(args_for: Callable[[Path], List[object]], expected: Dict[str, bytes], timeline: Tuple[float, float],
-            trials: int, tmp_path: Path, rng: np.random.Generator, what: str) -> None:
+            trials: int, tmp_path: Path, rng: np.random.Generator, what: str, env: Dict[str, str] = EPOCH) -> None:
     """Trial 0 is killed at a random moment before its plan is recorded (timed from an
     uninterrupted run); trial k >= 1 once its n-th shard is recorded, n spread from 0 to all
     shards, plus up to 30 ms, so the kills land inside shards, between them and around the
@@ -110,11 +116,11 @@ def _trials(args_for: Callable[[Path], List[object]], expected: Dict[str, bytes]
         dst = tmp_path / f"trial{trial}"
         args = args_for(dst)
         if trial == 0:
-            code, survivors = _kill_at(args, rng.uniform(0, planned))
+            code, survivors = _kill_at(args, rng.uniform(0, planned), env=env)
         else:
             target = int((trial - 1 + rng.uniform()) / (trials - 1) * (shards + 1))
             code, survivors = _kill_at(args, rng.uniform(0, 0.03), when=lambda: done_records(dst) >= target
-                                       if target else (dst / ".shardkit" / "plan.json").exists())
+                                       if target else (dst / ".shardkit" / "plan.json").exists(), env=env)
         assert survivors == 0, f"trial {trial}: {survivors} worker(s) outlived their killed parent"
         phase = "finished" if code == 0 else _phase(dst)
         phases[phase] += 1
@@ -122,9 +128,9 @@ def _trials(args_for: Callable[[Path], List[object]], expected: Dict[str, bytes]
         if trial % 2 == 1 and code != 0:
             # a second kill, during the resume itself, once it has recorded one more shard
             before = done_records(dst)
-            _kill_at(args + ["--resume"], rng.uniform(0, 0.03), when=lambda: done_records(dst) > before)
+            _kill_at(args + ["--resume"], rng.uniform(0, 0.03), when=lambda: done_records(dst) > before, env=env)
         finished = _finished(dst)
-        result = run_cli(*args, "--resume", env_extra=EPOCH)
+        result = run_cli(*args, "--resume", env_extra=env)
         assert result.returncode == 0, f"trial {trial} ({phase}): {result.stderr}"
         actual = tree_bytes(dst)
         assert sorted(actual) == sorted(expected), f"trial {trial} ({phase}): different files"

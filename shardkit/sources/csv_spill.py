@@ -1,0 +1,161 @@
+"""The parsed rows of a CSV source, kept in temporary files between the scan and the shards.
+
+A table with string columns is split into fields once, during the scan: every row's feature
+vector (category columns as provisional ids, in order of first appearance, until the sorted
+vocabulary is known), label, and text part go into fixed-width records on disk, and bad rows
+keep their line and reason. Shards are then cut from these records, by row number, from any
+worker process, without parsing the CSV again. The files live in a fresh folder under the
+system temporary directory (TMPDIR), named after the process that made it, and are removed when
+the conversion ends; folders left by a killed process are removed by the next scan.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+ROWS_NAME = "rows.bin"
+TEXTS_NAME = "texts.bin"
+SKIPS_NAME = "skips.jsonl"
+PREFIX = "shardkit-csv-"
+
+
+def record_type(dtype: str, features: int, texts: bool) -> np.dtype:
+    """One row on disk: its vector, label, where its skip note is (-1: none) and where its text part ends."""
+    fields = [("vector", np.dtype(dtype).newbyteorder("<"), (features,)), ("label", "<i8"), ("skip", "<i8")]
+    if texts:
+        fields.append(("text_end", "<i8"))
+    return np.dtype(fields)
+
+
+@dataclass
+class SpilledRows:
+    """Rows [start, stop) read back: vectors, labels, text parts (None without text columns),
+    and {row - start: (line, reason)} for the bad ones."""
+
+    vectors: np.ndarray
+    labels: np.ndarray
+    tails: Optional[List[bytes]]
+    bad: Dict[int, Tuple[int, str]]
+
+
+class Spill:
+    """Writes rows in order during the scan (append), then reads any range of them (read)."""
+
+    def __init__(self, dtype: str, features: int, texts: bool) -> None:
+        remove_orphans()
+        self.folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
+        self.record = record_type(dtype, features, texts)
+        self.texts = texts
+        self.rows = 0
+        self._owner = os.getpid()
+        self._text_bytes = 0
+        self._skip_bytes = 0
+        self._writers = [open(os.path.join(self.folder, name), "wb") for name in (ROWS_NAME, TEXTS_NAME, SKIPS_NAME)]
+
+    def __getstate__(self) -> Dict[str, object]:
+        state = dict(self.__dict__)
+        state["_writers"] = []
+        return state
+
+    # ---- writing (the scan) ---------------------------------------------------------------
+    def append(self, vectors: np.ndarray, labels: Optional[np.ndarray], tails: Optional[List[bytes]],
+               bad: Dict[int, Tuple[int, str]]) -> None:
+        """Add len(vectors) rows; bad maps a row's index among them to its (line, reason)."""
+        rows, texts, skips = self._writers
+        block = np.zeros(len(vectors), dtype=self.record)
+        block["vector"] = vectors
+        block["label"] = -1 if labels is None else labels
+        block["skip"] = -1
+        for index in sorted(bad):
+            line, reason = bad[index]
+            note = (json.dumps([line, reason]) + "\n").encode("ascii")
+            block["skip"][index] = self._skip_bytes
+            skips.write(note)
+            self._skip_bytes += len(note)
+        if self.texts:
+            assert tails is not None
+            ends = np.cumsum([len(tail) for tail in tails], dtype=np.int64) + self._text_bytes
+            block["text_end"] = ends
+            texts.write(b"".join(tails))
+            self._text_bytes = int(ends[-1]) if len(ends) else self._text_bytes
+        rows.write(block.tobytes())
+        self.rows += len(block)
+
+    def finish(self) -> None:
+        """Close the files written by the scan; reading may start."""
+        for handle in self._writers:
+            handle.close()
+        self._writers = []
+
+    # ---- reading (the shards) ---------------------------------------------------------------
+    def read(self, start: int, stop: int) -> SpilledRows:
+        """Rows [start, stop) as written."""
+        first = max(0, start - 1) if self.texts else start       # the row before tells where texts begin
+        block = np.fromfile(os.path.join(self.folder, ROWS_NAME), dtype=self.record, count=stop - first,
+                            offset=first * self.record.itemsize)
+        text_start = int(block["text_end"][0]) if self.texts and first < start else 0
+        block = block[start - first:]
+        if len(block) != stop - start:
+            raise OSError(f"{self.folder}: temporary rows file is shorter than expected (removed meanwhile?)")
+        tails = None
+        if self.texts:
+            ends = block["text_end"].tolist()
+            with open(os.path.join(self.folder, TEXTS_NAME), "rb") as handle:
+                handle.seek(text_start)
+                data = handle.read((ends[-1] if ends else text_start) - text_start)
+            starts = [text_start] + ends[:-1]
+            tails = [data[begin - text_start:end - text_start] for begin, end in zip(starts, ends)]
+        bad: Dict[int, Tuple[int, str]] = {}
+        marked = np.flatnonzero(block["skip"] >= 0)
+        if len(marked):
+            with open(os.path.join(self.folder, SKIPS_NAME), "rb") as handle:
+                for index in marked.tolist():
+                    handle.seek(int(block["skip"][index]))
+                    line, reason = json.loads(handle.readline())
+                    bad[index] = (int(line), reason)
+        return SpilledRows(np.array(block["vector"]), np.array(block["label"]), tails, bad)
+
+    def remove(self) -> None:
+        """Delete the files (only in the process that made them; workers merely read)."""
+        if os.getpid() != self._owner:
+            return
+        for handle in self._writers:
+            handle.close()
+        self._writers = []
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def remove_orphans(parent: Optional[str] = None) -> List[str]:
+    """Remove spill folders whose process is gone (killed mid-conversion); the removed paths."""
+    parent = parent or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        pid = name[len(PREFIX):].split("-", 1)[0]
+        if not name.startswith(PREFIX) or not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        removed.append(os.path.join(parent, name))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:                 # exists, but belongs to another user
+        return True
+    return True
+
+
+__all__ = ["PREFIX", "Spill", "SpilledRows", "record_type", "remove_orphans"]
