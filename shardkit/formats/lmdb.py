@@ -18,17 +18,17 @@ import os
 import struct
 import threading
 from array import array
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import lmdb
 import numpy as np
 
 from ..errors import CorruptShardError
 from ..integrity import fsync_path
-from ..records import Encoded
+from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
 from .base import ShardFormat, ShardReader, ShardWriter, readahead_by_size
-from .packing import check_lengths, check_per_sample_compression, compress, payload_bytes, restore
+from .packing import check_lengths, check_per_sample_compression, compress, payload_bytes, raw_rows, restore
 
 META_KEY = b"__meta__"
 LABELS_KEY = b"__labels__"
@@ -45,6 +45,12 @@ BATCH_SAMPLES = 65536
 MAX_META_BYTES = 1 << 20
 #: Reader table size; readers open lock-free, so it never limits them (kept generous anyway).
 MAX_READERS = 1024
+
+
+def _record_dtype(width: int) -> np.dtype:
+    """RECORD's header fields followed by a payload of `width` bytes, as one numpy record."""
+    return np.dtype([("magic", "S2"), ("version", "u1"), ("flags", "u1"), ("crc32", "<u4"), ("label", "<i8"),
+                     ("raw_length", "<u8"), ("stored_length", "<u8"), ("payload", "u1", (width,))])
 
 
 def sample_key(index: int) -> bytes:
@@ -72,7 +78,7 @@ class LMDBWriter(ShardWriter):
         self._map_size = INITIAL_MAP_SIZE
         self._psize = int(self._env.stat()["psize"])
         self._batch: List[Tuple[bytes, bytes]] = []
-        self._batch_bytes = 0
+        self._batch_bytes = self._batch_need = 0
         self._labels = array("q")
 
     def append(self, sample: Encoded) -> None:
@@ -83,18 +89,55 @@ class LMDBWriter(ShardWriter):
         self._add(sample_key(len(self._labels)), header + stored)
         self._labels.append(int(sample.label))
 
+    def append_many(self, samples: Sequence[Encoded]) -> None:
+        """A block of uncompressed fixed-shape rows gets its records built at once (the same
+        bytes as append() on each)."""
+        rows = raw_rows(self._schema, samples) if self._schema.compression == "none" else None
+        if rows is None:
+            super().append_many(samples)
+            return
+        assert isinstance(samples, EncodedRows)
+        count, width = rows.shape
+        records = np.zeros(count, dtype=_record_dtype(width))
+        records["magic"], records["version"] = RECORD_MAGIC, RECORD_VERSION
+        records["crc32"] = np.asarray(samples.crcs, dtype=np.int64) & 0xFFFFFFFF
+        records["label"] = samples.labels
+        records["raw_length"] = records["stored_length"] = width
+        records["payload"] = rows
+        data = records.tobytes()
+        first = len(self._labels)
+        keys = np.arange(first, first + count, dtype=">u8").tobytes()
+        self._add_uniform(keys, data, records.itemsize, count)
+        self._labels.extend(samples.labels)
+
     def _add(self, key: bytes, value: bytes) -> None:
         self._batch.append((key, value))
         self._batch_bytes += len(value)
+        self._batch_need += self._need(len(key), len(value))
         if self._batch_bytes >= BATCH_BYTES or len(self._batch) >= BATCH_SAMPLES:
             self._flush()
+
+    def _add_uniform(self, keys: bytes, data: bytes, size: int, count: int) -> None:
+        """_add() of `count` 8-byte keys and `size`-byte values packed back to back, flushing after
+        exactly the same records as _add() on each would."""
+        index = 0
+        while index < count:
+            room = max(1, -(-(BATCH_BYTES - self._batch_bytes) // max(1, size)))
+            take = min(BATCH_SAMPLES - len(self._batch), room, count - index)
+            self._batch.extend((keys[at * 8:at * 8 + 8], data[at * size:(at + 1) * size])
+                               for at in range(index, index + take))
+            self._batch_bytes += take * size
+            self._batch_need += take * self._need(8, size)
+            index += take
+            if self._batch_bytes >= BATCH_BYTES or len(self._batch) >= BATCH_SAMPLES:
+                self._flush()
 
     def _flush(self) -> None:
         """Write the batch in one transaction, doubling the map first if it might not fit."""
         if not self._batch or self._env is None:
             return
         used = (int(self._env.info()["last_pgno"]) + 1) * self._psize
-        need = used + self._estimate(self._batch)
+        need = used + self._estimate()
         if self._map_size < need:
             while self._map_size < need:
                 self._map_size *= 2
@@ -102,25 +145,23 @@ class LMDBWriter(ShardWriter):
         while True:
             try:
                 with self._env.begin(write=True) as txn:
-                    for key, value in self._batch:
-                        txn.put(key, value, append=True)
+                    txn.cursor().putmulti(self._batch, append=True)
                 break
             except lmdb.MapFullError:
                 self._map_size *= 2
                 self._env.set_mapsize(self._map_size)
         self._batch = []
-        self._batch_bytes = 0
+        self._batch_bytes = self._batch_need = 0
 
-    def _estimate(self, batch: List[Tuple[bytes, bytes]]) -> int:
-        """Generous bytes the batch needs: overflow values take whole pages, small ones share leaves."""
-        psize = self._psize
-        total = 0
-        for key, value in batch:
-            if len(value) > psize // 2:
-                total += -(-(len(value) + 16) // psize) * psize
-            else:
-                total += len(key) + len(value) + 16
-        return total + total // 8 + 16 * psize
+    def _estimate(self) -> int:
+        """Generous bytes the batch needs, from the needs of its records."""
+        return self._batch_need + self._batch_need // 8 + 16 * self._psize
+
+    def _need(self, key_length: int, value_length: int) -> int:
+        """Generous bytes a record needs: an overflow value takes whole pages, small ones share leaves."""
+        if value_length > self._psize // 2:
+            return -(-(value_length + 16) // self._psize) * self._psize
+        return key_length + value_length + 16
 
     def close(self) -> None:
         if self._env is None:
@@ -134,6 +175,7 @@ class LMDBWriter(ShardWriter):
         self._flush()
         self._batch = [(LABELS_KEY, labels),
                        (META_KEY, json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())]
+        self._batch_need = sum(self._need(len(key), len(value)) for key, value in self._batch)
         self._flush()
         self._env.sync(True)
         self._env.close()
@@ -145,6 +187,7 @@ class LMDBWriter(ShardWriter):
             self._env.close()
             self._env = None
         self._batch = []
+        self._batch_bytes = self._batch_need = 0
 
 
 class _SharedEnv:

@@ -7,12 +7,12 @@ length checked before anything sized by it is allocated.
 from __future__ import annotations
 
 import zlib
-from typing import Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ..errors import CorruptShardError, UsageError
-from ..records import Payload
+from ..records import Encoded, EncodedRows, Payload
 from ..schema import SampleSchema
 
 #: zlib level used for compression "gzip" without --compression-level (the HDF5 default too).
@@ -47,6 +47,18 @@ def payload_bytes(schema: SampleSchema, payload: Payload) -> BytesLike:
     if isinstance(payload, np.ndarray):
         return memoryview(np.ascontiguousarray(payload).reshape(-1).view(np.uint8))
     return payload if isinstance(payload, (bytes, memoryview)) else bytes(payload)
+
+
+def raw_rows(schema: SampleSchema, samples: Sequence[Encoded]) -> Optional[np.ndarray]:
+    """The stored bytes of a block of fixed-shape samples (EncodedRows) as one (n, width) uint8
+    array — row i equals payload_bytes() of sample i — or None when they are not such a block."""
+    if not schema.is_array or not isinstance(samples, EncodedRows) or not len(samples):
+        return None
+    block = samples.payloads
+    if block.shape[1:] != tuple(schema.shape):
+        return None                     # append() on each names the sample that does not fit
+    block = np.ascontiguousarray(block, dtype=array_dtype(schema))
+    return block.reshape(len(block), -1).view(np.uint8)
 
 
 def compress(schema: SampleSchema, raw: BytesLike) -> Tuple[BytesLike, bool]:

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import os
 from array import array
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import torch
 
 from ..errors import CorruptShardError
-from ..records import Encoded
+from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
 from .base import ShardFormat, ShardReader, ShardWriter
-from .packing import check_per_sample_compression, compress, payload_bytes, restore
+from .packing import check_per_sample_compression, compress, payload_bytes, raw_rows, restore
 
 _TENSORS = {"data": torch.uint8, "offsets": torch.int64, "raw_lengths": torch.int64,
             "labels": torch.int64, "crc32": torch.int64}
@@ -58,6 +58,21 @@ class PTWriter(ShardWriter):
         self._raw_lengths.append(len(raw))
         self._labels.append(int(sample.label))
         self._crcs.append(int(sample.crc32) & 0xFFFFFFFF)
+
+    def append_many(self, samples: Sequence[Encoded]) -> None:
+        """A block of uncompressed fixed-shape rows is packed at once (the same bytes as append())."""
+        rows = raw_rows(self._schema, samples) if self._schema.compression == "none" else None
+        if rows is None or self._data is None:
+            super().append_many(samples)
+            return
+        assert isinstance(samples, EncodedRows)
+        count, width = rows.shape
+        start = len(self._data)
+        self._data += memoryview(rows.reshape(-1))
+        self._offsets.extend(range(start + width, start + width * count + 1, width) if width else [start] * count)
+        self._raw_lengths.extend([width] * count)
+        self._labels.extend(samples.labels)
+        self._crcs.extend(crc & 0xFFFFFFFF for crc in samples.crcs)
 
     def close(self) -> None:
         if self._data is None:

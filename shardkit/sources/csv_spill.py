@@ -10,14 +10,17 @@ the conversion ends; folders left by a killed process are removed by the next sc
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import BinaryIO, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
+
+from ..errors import ConversionError
 
 ROWS_NAME = "rows.bin"
 TEXTS_NAME = "texts.bin"
@@ -49,14 +52,29 @@ class Spill:
 
     def __init__(self, dtype: str, features: int, texts: bool) -> None:
         remove_orphans()
-        self.folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
         self.record = record_type(dtype, features, texts)
         self.texts = texts
         self.rows = 0
         self._owner = os.getpid()
         self._text_bytes = 0
         self._skip_bytes = 0
-        self._writers = [open(os.path.join(self.folder, name), "wb") for name in (ROWS_NAME, TEXTS_NAME, SKIPS_NAME)]
+        self._writers: List[BinaryIO] = []
+        self.folder = os.path.join(tempfile.gettempdir(), f"{PREFIX}{os.getpid()}-")
+        with self._writing():
+            self.folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
+            self._writers = [open(os.path.join(self.folder, name), "wb")
+                             for name in (ROWS_NAME, TEXTS_NAME, SKIPS_NAME)]
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A failed write (full disk, no TMPDIR) becomes one error saying where and what to do."""
+        try:
+            yield
+        except OSError as exc:
+            self.remove()
+            raise ConversionError(f"{self.folder}: cannot write the parsed CSV rows ({exc.strerror or exc}); "
+                                  "free space there or set TMPDIR to a folder on a disk with room "
+                                  "(about the size of the output)", path=self.folder) from None
 
     def __getstate__(self) -> Dict[str, object]:
         state = dict(self.__dict__)
@@ -67,6 +85,11 @@ class Spill:
     def append(self, vectors: np.ndarray, labels: Optional[np.ndarray], tails: Optional[List[bytes]],
                bad: Dict[int, Tuple[int, str]]) -> None:
         """Add len(vectors) rows; bad maps a row's index among them to its (line, reason)."""
+        with self._writing():
+            self._append(vectors, labels, tails, bad)
+
+    def _append(self, vectors: np.ndarray, labels: Optional[np.ndarray], tails: Optional[List[bytes]],
+                bad: Dict[int, Tuple[int, str]]) -> None:
         rows, texts, skips = self._writers
         block = np.zeros(len(vectors), dtype=self.record)
         block["vector"] = vectors
@@ -89,13 +112,21 @@ class Spill:
 
     def finish(self) -> None:
         """Close the files written by the scan; reading may start."""
-        for handle in self._writers:
-            handle.close()
-        self._writers = []
+        with self._writing():
+            for handle in self._writers:
+                handle.close()
+            self._writers = []
 
     # ---- reading (the shards) ---------------------------------------------------------------
     def read(self, start: int, stop: int) -> SpilledRows:
         """Rows [start, stop) as written."""
+        try:
+            return self._read(start, stop)
+        except OSError as exc:
+            raise ConversionError(f"{self.folder}: cannot read the parsed CSV rows back ({exc.strerror or exc}); "
+                                  "were they removed during the conversion?", path=self.folder) from None
+
+    def _read(self, start: int, stop: int) -> SpilledRows:
         first = max(0, start - 1) if self.texts else start       # the row before tells where texts begin
         block = np.fromfile(os.path.join(self.folder, ROWS_NAME), dtype=self.record, count=stop - first,
                             offset=first * self.record.itemsize)
@@ -126,7 +157,10 @@ class Spill:
         if os.getpid() != self._owner:
             return
         for handle in self._writers:
-            handle.close()
+            try:
+                handle.close()
+            except OSError:
+                pass
         self._writers = []
         shutil.rmtree(self.folder, ignore_errors=True)
 

@@ -153,3 +153,24 @@ def test_full_tmpfs_then_resume_after_space_returns(tree_with_a_big_image: Path,
     rewritten = [name for name in finished if _shard_identities(dst)[name] != kept[name]]
     # a shard whose done record could not be written is redone; every recorded one is kept
     assert len(rewritten) <= 1, rewritten
+
+
+def test_full_tmpdir_while_a_csv_scan_spills_rows(tmp_path: Path, small_tmpfs: Path) -> None:
+    """A CSV table with string columns spills its parsed rows to TMPDIR during the scan: a full
+    TMPDIR stops the run with one line saying what to do, before DST exists, leaving nothing there."""
+    src = tmp_path / "rows.csv"
+    rng = np.random.default_rng(2)
+    rows = [f"{rng.normal():.5f},c{rng.integers(0, 9)},k{rng.integers(0, 3)}\n" for _ in range(30_000)]
+    src.write_text("x,colour,label\n" + "".join(rows))
+    dst = tmp_path / "dst"
+    args = ["convert", src, dst, "--label-column", "label", "-q"]
+    result = run_cli(*args, env_extra={**EPOCH, "TMPDIR": str(small_tmpfs)})
+    assert result.returncode == 1, result.stderr
+    assert_no_traceback(result)
+    [line] = error_lines(result)
+    assert f"{small_tmpfs}/shardkit-csv-" in line and "cannot write the parsed CSV rows" in line, line
+    assert "No space left on device" in line and "TMPDIR" in line, line
+    assert not dst.exists() and list(small_tmpfs.iterdir()) == []
+    result = run_cli(*args, env_extra={**EPOCH, "TMPDIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert "wrote 30000 samples" in result.stdout + result.stderr

@@ -10,7 +10,7 @@ import pytest
 
 from shardkit.errors import CorruptShardError
 from shardkit.formats import format_names, get_format
-from shardkit.records import NO_LABEL, Encoded
+from shardkit.records import NO_LABEL, Encoded, EncodedRows
 from shardkit.schema import SampleSchema
 
 from .shard_helpers import payload_bytes, write_shard
@@ -131,16 +131,32 @@ class TestFormatConformance:
     def test_append_many_writes_the_same_file_as_append(self, fmt: str, tmp_path: Path, layout: str) -> None:
         schema, samples = (BYTES_SCHEMA, _bytes_samples(40)) if layout == "bytes" else \
             (ARRAY_SCHEMA, _array_samples(40))
-        extension = get_format(fmt).extension
-        one, many = tmp_path / f"one{extension}", tmp_path / f"many{extension}"
-        write_shard(fmt, one, schema, samples)
-        writer = get_format(fmt).open_writer(str(many), schema, get_format(fmt).default_options(schema, 0))
-        writer.append(samples[0])
-        writer.append_many(samples[1:25])
-        writer.append_many([])
-        writer.append_many(samples[25:])
-        writer.close()
-        assert hashlib.sha256(many.read_bytes()).hexdigest() == hashlib.sha256(one.read_bytes()).hexdigest()
+        _assert_runs_write_like_append(fmt, tmp_path, schema, samples, [samples[1:25], [], samples[25:]])
+
+    @pytest.mark.parametrize("compression", ["none", "gzip"])
+    @pytest.mark.parametrize("dtype, shape", [("float32", (6,)), ("uint8", (5, 7, 3))])
+    @pytest.mark.parametrize("small_batches", [False, True], ids=["batches", "small-batches"])
+    def test_a_block_of_rows_writes_the_same_file_as_append(self, fmt: str, tmp_path: Path, compression: str,
+                                                            dtype: str, shape: tuple, small_batches: bool,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+        """EncodedRows (how CSV rows arrive) may take a format's block path: the bytes must not change,
+        wherever a writer's internal batches end."""
+        if small_batches:                  # LMDB commits every 17 records or 1000 bytes: boundaries inside blocks
+            import shardkit.formats.lmdb as lmdb_format
+            monkeypatch.setattr(lmdb_format, "BATCH_SAMPLES", 17)
+            monkeypatch.setattr(lmdb_format, "BATCH_BYTES", 1000)
+        schema = SampleSchema(kind="tabular", layout="array", dtype=dtype, shape=shape, compression=compression)
+        if not _supports(fmt, schema):
+            pytest.skip(f"{fmt} does not store {compression}")
+        rng = np.random.default_rng(5)
+        block = (rng.standard_normal((300,) + shape) * 50).astype(dtype)
+        samples = [Encoded.make(row, index % 4) for index, row in enumerate(block)]
+        rows = EncodedRows(block, [sample.label for sample in samples], [sample.crc32 for sample in samples])
+
+        def facts(items: list) -> list:
+            return [(item.payload.tobytes(), item.label, item.crc32) for item in items]
+        assert facts(list(rows)) == facts(samples) and facts([rows[7]]) == facts(samples[7:8])
+        _assert_runs_write_like_append(fmt, tmp_path, schema, samples, [rows[1:150], rows[150:150], rows[150:]])
 
     def test_append_many_refuses_a_wrong_shape(self, fmt: str, tmp_path: Path) -> None:
         samples = _array_samples(3) + [Encoded.make(np.zeros((5, 7, 2), dtype=np.uint8), 0)]
@@ -154,6 +170,20 @@ class TestFormatConformance:
         path = tmp_path / f"only{get_format(fmt).extension}"
         write_shard(fmt, path, BYTES_SCHEMA, _bytes_samples(20))
         assert sorted(os.listdir(tmp_path)) == [path.name]
+
+
+def _assert_runs_write_like_append(fmt: str, tmp_path: Path, schema: SampleSchema, samples: list,
+                                   runs: list) -> None:
+    """append(samples[0]) then append_many(run) for each run gives the file append() on each gives."""
+    extension = get_format(fmt).extension
+    one, many = tmp_path / f"one{extension}", tmp_path / f"many{extension}"
+    write_shard(fmt, one, schema, samples)
+    writer = get_format(fmt).open_writer(str(many), schema, get_format(fmt).default_options(schema, 0))
+    writer.append(samples[0])
+    for run in runs:
+        writer.append_many(run)
+    writer.close()
+    assert hashlib.sha256(many.read_bytes()).hexdigest() == hashlib.sha256(one.read_bytes()).hexdigest()
 
 
 def _supports(fmt_name: str, schema: SampleSchema) -> bool:

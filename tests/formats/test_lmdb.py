@@ -52,7 +52,7 @@ def test_many_small_transactions_and_map_full_retries(tmp_path: Path, monkeypatc
     # Tiny batches and no size estimate: many commits, and every growth goes through MapFullError.
     monkeypatch.setattr(lmdb_format, "BATCH_SAMPLES", 7)
     monkeypatch.setattr(lmdb_format, "INITIAL_MAP_SIZE", 64 << 10)
-    monkeypatch.setattr(lmdb_format.LMDBWriter, "_estimate", lambda self, batch: 0)
+    monkeypatch.setattr(lmdb_format.LMDBWriter, "_estimate", lambda self: 0)
     for name in ("a.lmdb", "b.lmdb"):
         _write(tmp_path / name, samples)
     assert (tmp_path / "a.lmdb").read_bytes() == (tmp_path / "b.lmdb").read_bytes()
