@@ -320,8 +320,9 @@ def _run(ctx: SinkContext, tasks: List[ShardTask], options: ConvertOptions, alre
         else:
             from .parallel import run_parallel
             try:
-                run_parallel(dataclasses.replace(ctx, max_errors=remaining()), tasks, options.workers,
-                             on_result=check, on_progress=set_totals)
+                with latch.deferred():          # Ctrl-C is raised by set_totals, between the pool's waits
+                    run_parallel(dataclasses.replace(ctx, max_errors=remaining()), tasks, options.workers,
+                                 on_result=check, on_progress=set_totals)
             except BaseException:
                 remove_stale_temps(ctx.dst)     # workers stopped mid-shard leave their temporary files
                 raise

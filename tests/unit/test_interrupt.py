@@ -50,3 +50,21 @@ def test_plain_sigint_raises_at_once() -> None:
             for _ in range(10**6):
                 pass
         assert latch.hit
+
+
+def test_deferred_sigint_waits_for_check() -> None:
+    """Inside deferred() a SIGINT only sets the latch (a process pool's waits take several locks
+    in a row); check() raises it, and outside deferred() it raises at once again."""
+    with SigintLatch() as latch:
+        with latch.deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10**6):          # signal handlers run between bytecodes: plenty of chances
+                pass
+            assert latch.hit
+            with pytest.raises(KeyboardInterrupt):
+                latch.check()
+        latch.hit = False
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10**6):
+                pass
