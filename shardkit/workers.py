@@ -1,0 +1,109 @@
+"""Worker processes that stop when their parent stops (shard writing, CSV scanning).
+
+A plain ProcessPoolExecutor finishes every task it already handed out before an error or a
+Ctrl-C can end the run, and its workers outlive a parent killed with SIGKILL. Here:
+- workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process group); the parent
+  decides and stops them with SIGTERM, so an interrupted run ends in well under a second;
+- on any error the queued tasks are cancelled and the running ones are stopped too;
+- on Linux each worker asks the kernel to kill it when its parent dies (PR_SET_PDEATHSIG),
+  so `kill -9` of the command leaves no worker behind to race a later `--resume`.
+The parent must not be interrupted inside the pool's own waits (they take several locks in a
+row): run_in_workers calls `poll` between waits, and that is where a Ctrl-C should be raised
+(interrupt.SigintLatch.deferred()).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+#: Seconds a stopped worker gets to exit after SIGTERM before it is killed.
+STOP_GRACE = 2.0
+#: Seconds between the parent's looks at its workers (and at poll()).
+POLL_SECONDS = 0.2
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: have the kernel SIGKILL this process when its parent dies; exit if it already has."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)   # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _init(parent: int, initializer: Optional[Callable[..., None]], initargs: Tuple[Any, ...]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+class _SigintIgnored:
+    """Ignore SIGINT while workers are spawned, so they start with it ignored (inherited)."""
+
+    def __enter__(self) -> "_SigintIgnored":
+        self._previous = None
+        try:
+            self._previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except ValueError:      # not the main thread: signals are not ours to change
+            pass
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def run_in_workers(function: Callable[[Any], Any], items: Sequence[Any], workers: int,
+                   on_done: Callable[[int, Any], None], poll: Callable[[], None] = lambda: None,
+                   initializer: Optional[Callable[..., None]] = None, initargs: Tuple[Any, ...] = ()) -> None:
+    """function(item) for every item in `workers` spawned processes; on_done(index, result) in the
+    parent as each ends, poll() between waits. Any exception (from a task, on_done or poll —
+    BrokenProcessPool when a worker dies) stops every worker before it propagates."""
+    mp = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=mp, initializer=_init,
+                               initargs=(os.getpid(), initializer, initargs))
+    try:
+        with _SigintIgnored():
+            pending: Dict[Future, int] = {pool.submit(function, item): index for index, item in enumerate(items)}
+        while pending:
+            finished, _ = wait(pending, timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
+            poll()
+            for future in finished:
+                on_done(pending.pop(future), future.result())
+        poll()
+    except BaseException:
+        stop_pool(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel queued tasks and end running workers now (SIGTERM, then SIGKILL), then reap them."""
+    terminate = getattr(pool, "terminate_workers", None)   # Python 3.14+
+    if terminate is not None:
+        terminate()
+        return
+    # Before 3.14 the executor has no public way to end its workers: use its process table.
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(STOP_GRACE)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+__all__ = ["POLL_SECONDS", "STOP_GRACE", "run_in_workers", "stop_pool"]
