@@ -4,9 +4,12 @@ Generates a numeric-heavy and a string-heavy CSV, then times, for each, several 
   csv module  — Python's csv.reader + float() / dict codes + numpy arrays, all in memory;
   loadtxt     — numpy.loadtxt (numpy's C parser) into memory (dtype=str for the string file);
   shardkit    — shardkit.convert (scan + parse + encode + write shards + fsync + sha256), one process.
-Prints medians: rows/s, MB/s of CSV, and shardkit's time relative to each baseline.
+Then the string-heavy rows split into a tree of --tree-files files, converted with --workers 1 and
+with --tree-workers (the scan parses files in worker processes), against the csv module on the
+single file. Prints medians: rows/s, MB/s of CSV, and shardkit's time relative to each.
 
     python benchmarks/csv_convert.py [--rows 200000] [--repeat 3] [--format hdf5] [--workdir DIR]
+                                     [--tree-files 4] [--tree-workers 2]
 """
 from __future__ import annotations
 
@@ -104,13 +107,26 @@ def loadtxt_strings(path: str) -> int:
     return len(labels)
 
 
-def shardkit_convert(fmt: str, workdir: str) -> Callable[[str], int]:
+def shardkit_convert(fmt: str, workdir: str, workers: int = 1) -> Callable[[str], int]:
     def run(path: str) -> int:
         dst = os.path.join(workdir, "out")
         shutil.rmtree(dst, ignore_errors=True)
-        report = shardkit.convert(path, dst, format=fmt, label_column="label", quiet=True)
+        report = shardkit.convert(path, dst, format=fmt, label_column="label", workers=workers, quiet=True)
         return report.num_samples
     return run
+
+
+def split_into_tree(path: str, root: str, files: int) -> None:
+    """The rows of one CSV file, in order, as `files` files (each with the header) under root."""
+    with open(path, newline="") as handle:
+        header, *lines = handle.read().splitlines(keepends=True)
+    # whole records only: a quoted field here never spans lines, so lines are records
+    step = -(-len(lines) // files)
+    os.makedirs(root, exist_ok=True)
+    for number in range(files):
+        with open(os.path.join(root, f"part-{number:03d}.csv"), "w", newline="") as handle:
+            handle.write(header)
+            handle.writelines(lines[number * step:(number + 1) * step])
 
 
 def measure(path: str, methods: Dict[str, Callable[[str], int]], repeat: int) -> Dict[str, List[float]]:
@@ -129,27 +145,38 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--format", default="hdf5")
     parser.add_argument("--workdir", default=None)
+    parser.add_argument("--tree-files", type=int, default=4)
+    parser.add_argument("--tree-workers", type=int, default=2)
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="shardkit-csv-bench-")
     os.makedirs(workdir, exist_ok=True)
-    files = {"numeric": os.path.join(workdir, "numeric.csv"), "strings": os.path.join(workdir, "strings.csv")}
+    files = {"numeric": os.path.join(workdir, "numeric.csv"), "strings": os.path.join(workdir, "strings.csv"),
+             "strings tree": os.path.join(workdir, "tree")}
     make_numeric(files["numeric"], args.rows)
     make_strings(files["strings"], args.rows)
+    shutil.rmtree(files["strings tree"], ignore_errors=True)
+    split_into_tree(files["strings"], files["strings tree"], args.tree_files)
     convert = shardkit_convert(args.format, workdir)
     suites = {
         "numeric": {"csv module": csv_module_numeric, "numpy.loadtxt": loadtxt_numeric, "shardkit": convert},
         "strings": {"csv module": csv_module_strings, "numpy.loadtxt": loadtxt_strings, "shardkit": convert},
+        "strings tree": {"csv module (one file)": lambda _: csv_module_strings(files["strings"]),
+                         "shardkit --workers 1": convert,
+                         "shardkit": shardkit_convert(args.format, workdir, args.tree_workers)},
     }
     print(f"rows per file: {args.rows}, repeats: {args.repeat} (median), format: {args.format}, "
-          f"numpy {np.__version__}, python {sys.version.split()[0]}")
+          f"numpy {np.__version__}, python {sys.version.split()[0]}; tree: {args.tree_files} files, "
+          f"shardkit = --workers {args.tree_workers} there")
     print()
     print("| file | size | method | median s | rows/s | MB/s | shardkit time / this |")
     print("|---|---|---|---|---|---|---|")
     for kind, path in files.items():
-        size = os.path.getsize(path)
-        with open(path, "rb") as handle:                # warm the page cache for every method alike
-            while handle.read(1 << 24):
-                pass
+        paths = [os.path.join(path, name) for name in sorted(os.listdir(path))] if os.path.isdir(path) else [path]
+        size = sum(os.path.getsize(name) for name in paths)
+        for name in paths:                              # warm the page cache for every method alike
+            with open(name, "rb") as handle:
+                while handle.read(1 << 24):
+                    pass
         times = measure(path, suites[kind], args.repeat)
         medians = {name: statistics.median(values) for name, values in times.items()}
         for name, seconds in medians.items():

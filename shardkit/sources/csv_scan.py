@@ -1,5 +1,5 @@
 """Scanning a CSV source: find the files, read their headers, pick and type the columns, sample,
-then stream every file once to count rows and keep checkpoints (and hand chunks to the spill)."""
+then stream every file once to count rows and keep checkpoints (and hand chunks on)."""
 from __future__ import annotations
 
 import os
@@ -197,29 +197,35 @@ def label_spec(name: str, overrides: SchemaOverrides, sample: List[str], first: 
     return LabelSpec(name, infer_label_kind(name, sample, first.name))
 
 
-def stream_all(files: List[CsvFile], delimiter: str, quiet: bool,
-               on_chunk: Optional[Callable[[CsvFile, Chunk], None]] = None) -> None:
-    """Count every file's rows and record its checkpoints. With on_chunk, every chunk is split into
-    records and handed over; without it, quote-free chunks are only counted."""
+def scan_file(item: CsvFile, delimiter: str, on_chunk: Optional[Callable[[Chunk], None]] = None,
+              advance: Callable[[int, int], None] = lambda items, nbytes: None) -> Tuple[int, np.ndarray]:
+    """(rows, checkpoints) of one file: records counted, a checkpoint (row, byte offset, line) per
+    chunk. With on_chunk every chunk is split into records and handed over; without it,
+    quote-free chunks are only counted. advance(bytes, bytes) follows the reading."""
+    checkpoints: List[Tuple[int, int, int]] = []
+    rows = 0
+    plain = not item.path.lower().endswith(".gz")
+    done = 0
+    for chunk, _ in stream_file(item, item.head.data_offset, item.head.data_line, 0, delimiter,
+                                count_only=on_chunk is None):
+        checkpoints.append((rows, chunk.offset, chunk.first_line))
+        if on_chunk is not None:
+            on_chunk(chunk)
+        rows += len(chunk)
+        if plain:
+            advance(chunk.nbytes, chunk.nbytes)
+            done += chunk.nbytes
+    advance(max(0, item.size - done), 0)
+    return rows, np.asarray(checkpoints or [(0, item.head.data_offset, item.head.data_line)],
+                            dtype=np.int64).reshape(-1, 3)
+
+
+def count_all(files: List[CsvFile], delimiter: str, quiet: bool) -> None:
+    """Count every file's rows and record its checkpoints (tables whose rows the shards parse)."""
     from ..progress import Progress
     first_row = 0
     with Progress(sum(item.size for item in files), "scan csv", quiet=quiet, unit="B") as bar:
         for item in files:
-            checkpoints: List[Tuple[int, int, int]] = []
-            rows = 0
-            plain = not item.path.lower().endswith(".gz")
-            done = 0
-            for chunk, _ in stream_file(item, item.head.data_offset, item.head.data_line, 0, delimiter,
-                                        count_only=on_chunk is None):
-                checkpoints.append((rows, chunk.offset, chunk.first_line))
-                if on_chunk is not None:
-                    on_chunk(item, chunk)
-                rows += len(chunk)
-                if plain:
-                    bar.advance(chunk.nbytes, chunk.nbytes)
-                    done += chunk.nbytes
-            bar.advance(max(0, item.size - done), 0)
-            item.rows, item.first_row = rows, first_row
-            item.checkpoints = np.asarray(checkpoints or [(0, item.head.data_offset, item.head.data_line)],
-                                          dtype=np.int64).reshape(-1, 3)
-            first_row += rows
+            item.rows, item.checkpoints = scan_file(item, delimiter, advance=bar.advance)
+            item.first_row = first_row
+            first_row += item.rows

@@ -5,8 +5,9 @@ vector (category columns as provisional ids, in order of first appearance, until
 vocabulary is known), label, and text part go into fixed-width records on disk, and bad rows
 keep their line and reason. Shards are then cut from these records, by row number, from any
 worker process, without parsing the CSV again. The files live in a fresh folder under the
-system temporary directory (TMPDIR), named after the process that made it, and are removed when
-the conversion ends; folders left by a killed process are removed by the next scan.
+system temporary directory (TMPDIR), named after the process that uses them (the scan's parent
+when worker processes parse the files), and are removed when the conversion ends; folders left
+by a killed process are removed by the next scan.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import BinaryIO, Dict, Iterator, List, Optional, Tuple
+from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -50,18 +51,21 @@ class SpilledRows:
 class Spill:
     """Writes rows in order during the scan (append), then reads any range of them (read)."""
 
-    def __init__(self, dtype: str, features: int, texts: bool) -> None:
+    def __init__(self, dtype: str, features: int, texts: bool, owner: Optional[int] = None, tag: str = "") -> None:
+        """owner: the process that will use and remove the files (a scan's parent, when a worker
+        process writes them); tag: shared by the spills of one scan, so that scan can remove them all."""
         remove_orphans()
         self.record = record_type(dtype, features, texts)
         self.texts = texts
         self.rows = 0
-        self._owner = os.getpid()
+        self._owner = os.getpid() if owner is None else owner
         self._text_bytes = 0
         self._skip_bytes = 0
         self._writers: List[BinaryIO] = []
-        self.folder = os.path.join(tempfile.gettempdir(), f"{PREFIX}{os.getpid()}-")
+        prefix = spill_prefix(self._owner, tag)
+        self.folder = os.path.join(tempfile.gettempdir(), prefix)
         with self._writing():
-            self.folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
+            self.folder = tempfile.mkdtemp(prefix=prefix)
             self._writers = [open(os.path.join(self.folder, name), "wb")
                              for name in (ROWS_NAME, TEXTS_NAME, SKIPS_NAME)]
 
@@ -71,7 +75,7 @@ class Spill:
         try:
             yield
         except OSError as exc:
-            self.remove()
+            self.discard()
             raise ConversionError(f"{self.folder}: cannot write the parsed CSV rows ({exc.strerror or exc}); "
                                   "free space there or set TMPDIR to a folder on a disk with room "
                                   "(about the size of the output)", path=self.folder) from None
@@ -153,9 +157,12 @@ class Spill:
         return SpilledRows(np.array(block["vector"]), np.array(block["label"]), tails, bad)
 
     def remove(self) -> None:
-        """Delete the files (only in the process that made them; workers merely read)."""
-        if os.getpid() != self._owner:
-            return
+        """Delete the files, in the owner process (the shard writers merely read them)."""
+        if os.getpid() == self._owner:
+            self.discard()
+
+    def discard(self) -> None:
+        """Delete the files now, whichever process this is (a scan worker that failed)."""
         for handle in self._writers:
             try:
                 handle.close()
@@ -165,20 +172,33 @@ class Spill:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def spill_prefix(owner: int, tag: str = "") -> str:
+    """Folder name prefix of the spills of process `owner` (and of one scan, with its tag)."""
+    return f"{PREFIX}{owner}-{tag + '-' if tag else ''}"
+
+
+def remove_spills(owner: int, tag: str) -> None:
+    """Remove every spill folder of one scan (some may have been made by workers it stopped)."""
+    prefix = spill_prefix(owner, tag)
+    _remove_where(tempfile.gettempdir(), lambda name: name.startswith(prefix))
+
+
 def remove_orphans(parent: Optional[str] = None) -> List[str]:
     """Remove spill folders whose process is gone (killed mid-conversion); the removed paths."""
-    parent = parent or tempfile.gettempdir()
-    removed = []
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return removed
-    for name in names:
+    def orphaned(name: str) -> bool:
         pid = name[len(PREFIX):].split("-", 1)[0]
-        if not name.startswith(PREFIX) or not pid.isdigit() or _alive(int(pid)):
-            continue
-        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-        removed.append(os.path.join(parent, name))
+        return name.startswith(PREFIX) and pid.isdigit() and not _alive(int(pid))
+    return _remove_where(parent or tempfile.gettempdir(), orphaned)
+
+
+def _remove_where(parent: str, chosen: Callable[[str], bool]) -> List[str]:
+    try:
+        names = sorted(os.listdir(parent))
+    except OSError:
+        return []
+    removed = [os.path.join(parent, name) for name in names if chosen(name)]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
     return removed
 
 
@@ -192,4 +212,4 @@ def _alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["PREFIX", "Spill", "SpilledRows", "record_type", "remove_orphans"]
+__all__ = ["PREFIX", "Spill", "SpilledRows", "record_type", "remove_orphans", "remove_spills", "spill_prefix"]

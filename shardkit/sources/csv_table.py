@@ -16,7 +16,6 @@ Memory follows the chunk and shard size, never the file size.
 from __future__ import annotations
 
 import bisect
-import functools
 import hashlib
 import json
 import os
@@ -26,15 +25,14 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..codecs.tabular import Column, EncodedBatch, LabelSpec, TabularCodec
+from ..codecs.tabular import Column, EncodedBatch, TabularCodec
 from ..errors import EmptySourceError, SourceError, UsageError
 from .base import Converted, ConvertedRun, Outcome, Skipped, Source
-from .csv_read import Chunk, all_complete, normalize_delimiter
-from .csv_scan import (CsvFile, holds_csv_tree, is_csv_path, label_spec, read_heads, sample, select, stream_all,
+from .csv_read import Chunk, normalize_delimiter
+from .csv_parse import ParsedTable, chunk_vectors, parse_files
+from .csv_scan import (CsvFile, count_all, holds_csv_tree, is_csv_path, label_spec, read_heads, sample, select,
                        stream_file)
-from .csv_schema import (MAX_CATEGORIES, describe_columns, infer_type, load_schema_file, needs_float64,
-                         too_many_categories)
-from .csv_spill import Spill
+from .csv_schema import describe_columns, infer_type, load_schema_file, needs_float64
 
 _FAST_DELIMITERS = (",", "\t", ";", "|")
 #: Rows read back from the spill at a time.
@@ -47,8 +45,7 @@ class CsvTableSource(Source):
     kind = "csv"
 
     def __init__(self, files: List[CsvFile], codec: TabularCodec, delimiter: str, summary: Dict[str, Any],
-                 skipped: List[Skipped], spill: Optional[Spill] = None,
-                 ranks: Optional[Dict[str, np.ndarray]] = None) -> None:
+                 skipped: List[Skipped], parsed: Optional[ParsedTable] = None) -> None:
         self.files = files
         self.codec = codec
         self.delimiter = delimiter
@@ -61,18 +58,18 @@ class CsvTableSource(Source):
         self._skipped = skipped
         self._resume: Optional[Tuple[int, int, Optional[Tuple[Chunk, int]], Iterator[Tuple[Chunk, int]]]] = None
         self._fast = True
-        self._spill = spill
-        ranks = ranks or {}
-        self._feature_ranks = [(slot, ranks[column.name]) for slot, column in enumerate(codec.features)
-                               if column.name in ranks]
-        self._label_ranks = ranks.get(label.name) if label is not None else None
-        if spill is not None:
+        self._spills = parsed.spills if parsed is not None else None
+        self._feature_ranks = [[(slot, ranks[column.name]) for slot, column in enumerate(codec.features)
+                                if column.name in ranks] for ranks in parsed.ranks] if parsed is not None else []
+        self._label_ranks = [ranks.get(label.name) if label is not None else None
+                             for ranks in parsed.ranks] if parsed is not None else []
+        for spill in self._spills or ():
             weakref.finalize(self, spill.remove)
 
     def close(self) -> None:
         """Remove the temporary files of the parsed rows (if any)."""
-        if self._spill is not None:
-            self._spill.remove()
+        for spill in self._spills or ():
+            spill.remove()
 
     # ---- scanning -------------------------------------------------------------------
     @classmethod
@@ -102,36 +99,28 @@ class CsvTableSource(Source):
         for item in files:                    # fields in the codec's order: features, then text columns
             position = {name: index for index, name in enumerate(item.head.header)}
             item.indices = [position[column.name] for column in codec.columns]
-        spill = None if codec.all_numeric else Spill(dtype, len(codec.features), bool(codec.texts))
-        try:
-            stream_all(files, delimiter, quiet=bool(getattr(options, "quiet", False)),
-                       on_chunk=None if spill is None else functools.partial(_spill_chunk, codec, spill))
-            total = sum(item.rows for item in files)
-            if total == 0:
-                first = files[0]
-                where = f"{first.name}:{first.head.header_line}" if len(files) == 1 else src
-                raise EmptySourceError(f"{where}: header only, no data rows" if len(files) == 1 else
-                                       f"{where}: the {len(files)} CSV files hold no data rows (header only)",
-                                       path=src)
-            opened = codec.open_codes()
-            if opened:
-                columns = [Column(column.name, column.type, tuple(opened[column.name].vocabulary()))
-                           if column.name in opened else column for column in codec.columns]
-                if label is not None and label.name in opened:
-                    label = LabelSpec(label.name, "class", tuple(opened[label.name].vocabulary()))
-                codec = TabularCodec(columns, dtype, label)
-            if spill is not None:
-                spill.finish()
-        except BaseException:
-            if spill is not None:
-                spill.remove()
-            raise
+        quiet = bool(getattr(options, "quiet", False))
+        parsed = None
+        if codec.all_numeric:
+            count_all(files, delimiter, quiet)
+        else:
+            parsed = parse_files(files, codec, delimiter, int(getattr(options, "workers", 1) or 1), quiet, src)
+            codec = parsed.codec
+        total = sum(item.rows for item in files)
+        if total == 0:
+            if parsed is not None:
+                for spill in parsed.spills:
+                    spill.remove()
+            first = files[0]
+            where = f"{first.name}:{first.head.header_line}" if len(files) == 1 else src
+            raise EmptySourceError(f"{where}: header only, no data rows" if len(files) == 1 else
+                                   f"{where}: the {len(files)} CSV files hold no data rows (header only)", path=src)
+        columns = codec.columns
         summary = {"csv_files": found, "files_read": len(files), "files_skipped": len(skipped),
                    "files_without_rows": sum(1 for item in files if item.rows == 0), "rows": total,
                    "file_bytes": sum(item.size for item in files), "sample_rows": sampled,
                    "column_types": describe_columns(columns), "delimiter": delimiter}
-        ranks = {name: codes.ranks() for name, codes in opened.items()}
-        return cls(files, codec, delimiter, summary, skipped, spill, ranks)
+        return cls(files, codec, delimiter, summary, skipped, parsed)
 
     # ---- Source interface -------------------------------------------------------------
     def item_sizes(self) -> np.ndarray:
@@ -178,8 +167,8 @@ class CsvTableSource(Source):
             index = bisect.bisect_right(self._first_rows, position) - 1
             item = self.files[index]
             end = min(stop, item.first_row + item.rows)
-            if self._spill is not None:
-                yield from self._encode_spilled(item, position, end)
+            if self._spills is not None:
+                yield from self._encode_spilled(index, position - item.first_row, end - item.first_row)
             else:
                 yield from self._encode_file(index, position - item.first_row, end - position)
             position = end
@@ -235,18 +224,19 @@ class CsvTableSource(Source):
         per_row = chunk.nbytes // max(1, len(chunk))
         yield from _outcomes(self.codec.samples(matrix, labels, tails, reasons), item.name, lines, per_row)
 
-    def _encode_spilled(self, item: CsvFile, start: int, stop: int) -> Iterator[Outcome]:
-        """Rows [start, stop) of one file, from the rows the scan parsed, in blocks of SPILL_BLOCK rows."""
-        assert self._spill is not None
+    def _encode_spilled(self, index: int, start: int, stop: int) -> Iterator[Outcome]:
+        """Rows [start, stop) of file `index`, from the rows the scan parsed, in blocks of SPILL_BLOCK rows."""
+        assert self._spills is not None
+        item, spill, label_ranks = self.files[index], self._spills[index], self._label_ranks[index]
         per_row = item.size // max(1, item.rows)
         for begin in range(start, stop, SPILL_BLOCK):
-            rows = self._spill.read(begin, min(stop, begin + SPILL_BLOCK))
+            rows = spill.read(begin, min(stop, begin + SPILL_BLOCK))
             vectors = rows.vectors
-            for slot, ranks in self._feature_ranks:
+            for slot, ranks in self._feature_ranks[index]:
                 vectors[:, slot] = ranks[vectors[:, slot].astype(np.int64)]
             labels: Optional[np.ndarray] = rows.labels
-            if self._label_ranks is not None:
-                labels = self._label_ranks[rows.labels]
+            if label_ranks is not None:
+                labels = label_ranks[rows.labels]
             elif self.codec.label is None:
                 labels = None
             reasons = {position: reason for position, (_, reason) in rows.bad.items()}
@@ -271,63 +261,6 @@ class CsvTableSource(Source):
         return values
 
 
-def chunk_vectors(codec: TabularCodec, item: CsvFile, chunk: Chunk, begin: int, end: int,
-                  values: Optional[np.ndarray] = None) -> Tuple[np.ndarray, Optional[np.ndarray],
-                                                                Optional[List[bytes]], Dict[int, str]]:
-    """(feature matrix, labels, text parts or None, reason of each bad row) of records [begin, end)
-    of a chunk, one entry per record; `values` are the fields already parsed as numbers, if they were."""
-    count = end - begin
-    reasons: Dict[int, str] = {}
-    kept: Optional[List[int]] = None
-    if values is not None:
-        columns: List[Any] = [values[:, position] for position in item.indices]
-        label_values: Any = values[:, item.label_index] if item.label_index is not None else None
-    else:
-        rows = chunk.rows[begin:end]
-        fields = len(item.head.header)
-        for position, row in enumerate(() if all_complete(rows, fields) else rows):
-            if row is None:
-                reasons[position] = chunk.errors.get(begin + position, "unreadable record")
-            elif len(row) != fields:
-                reasons[position] = f"row has {len(row)} fields, the header has {fields}"
-        if reasons:
-            kept = [position for position in range(count) if position not in reasons]
-            rows = [rows[position] for position in kept]
-        table = list(zip(*rows)) if rows else [()] * fields
-        columns = [table[position] for position in item.indices]
-        label_values = table[item.label_index] if item.label_index is not None else None
-    good = count - len(reasons)
-    features = len(codec.features)
-    matrix, labels, bad = codec.vectors(columns[:features], label_values, good)
-    tails = codec.text_tails(columns[features:], good) if codec.texts else None
-    if kept is None:
-        return matrix, labels, tails, bad
-    where = np.asarray(kept, dtype=np.int64)
-    full = np.zeros((count, features), dtype=matrix.dtype)
-    full[where] = matrix
-    if labels is not None:
-        all_labels = np.full(count, -1, dtype=np.int64)
-        all_labels[where] = labels
-        labels = all_labels
-    if tails is not None:
-        all_tails = [b""] * count
-        for index, position in enumerate(kept):
-            all_tails[position] = tails[index]
-        tails = all_tails
-    reasons.update((kept[index], reason) for index, reason in bad.items())
-    return full, labels, tails, reasons
-
-
-def _spill_chunk(codec: TabularCodec, spill: Spill, item: CsvFile, chunk: Chunk) -> None:
-    """The scan's step for a table with string columns: parse the chunk's records and spill them."""
-    matrix, labels, tails, reasons = chunk_vectors(codec, item, chunk, 0, len(chunk))
-    spill.append(matrix, labels, tails, {position: (chunk.line_of(position), reason)
-                                         for position, reason in reasons.items()})
-    for name, codes in codec.open_codes().items():
-        if len(codes.names) > MAX_CATEGORIES:
-            raise too_many_categories(name, f"{item.name}:{chunk.first_line}")
-
-
 def _outcomes(batch: EncodedBatch, name: str, lines: Dict[int, int], per_row: int) -> Iterator[Outcome]:
     """The batch's samples as one run when all rows are good, else row by row with a Skipped
     (file name, line) for each bad one."""
@@ -341,4 +274,4 @@ def _outcomes(batch: EncodedBatch, name: str, lines: Dict[int, int], per_row: in
             yield Skipped(name, batch.reasons[position], line=lines[position])
 
 
-__all__ = ["CsvTableSource", "chunk_vectors", "holds_csv_tree", "is_csv_path"]
+__all__ = ["CsvTableSource", "holds_csv_tree", "is_csv_path"]

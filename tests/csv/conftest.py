@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, List, Sequence
 
@@ -53,3 +54,12 @@ def skipped_lines(dst: Any) -> List[dict]:
 def read_skipped() -> Callable[[Any], List[dict]]:
     """read_skipped(dst) -> the skipped.jsonl entries."""
     return skipped_lines
+
+
+@pytest.fixture
+def spill_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private temporary directory for the spill folders made in this process."""
+    home = tmp_path / "tmp"
+    home.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(home))
+    return home

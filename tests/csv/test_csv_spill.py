@@ -8,7 +8,6 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -21,15 +20,6 @@ from shardkit.sources import csv_table
 from shardkit.sources.csv_spill import PREFIX, Spill, remove_orphans
 
 from .conftest import write_rows
-
-
-@pytest.fixture
-def spill_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private temporary directory for spill folders made in this process."""
-    home = tmp_path / "tmp"
-    home.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(home))
-    return home
 
 
 def _mixed_csv(path: Path, rows: int, seed: int = 0) -> Path:

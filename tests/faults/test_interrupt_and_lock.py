@@ -6,10 +6,12 @@ byte like an uninterrupted run. A second convert into a DST being written is ref
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 from pathlib import Path
-from typing import List
+from typing import Iterator, List
 
 import pytest
 
@@ -19,6 +21,26 @@ from .helpers import (EPOCH, SHARD, assert_no_traceback, convert_args, done_reco
                       session_processes, start_cli, tree_bytes, wait_for)
 
 FORMATS = format_names()
+
+
+@contextlib.contextmanager
+def _killed_at_exit(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """The process, SIGKILLed with its process group if it is still running when the block ends."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+def _interrupted_lines(proc: subprocess.Popen) -> List[str]:
+    """Wait for a command that was sent Ctrl-C: it exits 130 within 30 s, with no traceback;
+    the non-empty lines of its stderr."""
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, f"exit {proc.returncode} after Ctrl-C; stderr: {stderr}"
+    assert_no_traceback(stdout + stderr)
+    return [line for line in stderr.splitlines() if line.strip()]
 
 
 def _temps(dst: Path) -> List[str]:
@@ -62,8 +84,7 @@ def _interrupt(process_tree: Path, reference: tuple, fmt: str, tmp_path: Path, w
     total = sum(1 for name in expected if name.startswith("shards/"))
     dst = tmp_path / "dst"
     args = convert_args(process_tree, dst, fmt, workers)
-    proc = start_cli(*args, env_extra=EPOCH)
-    try:
+    with _killed_at_exit(start_cli(*args, env_extra=EPOCH)) as proc:
         assert wait_for(lambda: done_records(dst) >= 2 or proc.poll() is not None, timeout=60)
         assert proc.poll() is None, "the run ended before it could be interrupted"
         if target == "group":
@@ -74,14 +95,7 @@ def _interrupt(process_tree: Path, reference: tuple, fmt: str, tmp_path: Path, w
             os.kill(_workers_of(proc.pid)[0], signal.SIGSTOP)
             os.kill(proc.pid, signal.SIGINT)
         done_at_signal = done_records(dst)
-        stdout, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 130, f"exit {proc.returncode} after Ctrl-C; stderr: {stderr}"
-    assert_no_traceback(stdout + stderr)
-    [line] = [line for line in stderr.splitlines() if line.strip()]
+        [line] = _interrupted_lines(proc)
     assert line.startswith("error: ") and "interrupted" in line and "run the same command with --resume" in line
     assert wait_for(lambda: not session_processes(proc.pid), timeout=10), "a worker outlived Ctrl-C"
     assert not (dst / "manifest.json").exists()
@@ -152,3 +166,26 @@ def test_kill_while_removing_the_journal(process_tree: Path, reference: tuple, f
     result = run_cli(*convert_args(process_tree, dst, fmt), "--resume", env_extra=EPOCH)
     assert result.returncode == 0, result.stderr
     assert tree_bytes(dst) == expected and not (dst / ".shardkit").exists()
+
+
+def test_ctrl_c_while_workers_parse_a_csv_tree(tmp_path: Path) -> None:
+    """A tree of CSV files with string columns is parsed by the scan's worker processes, before
+    DST exists: Ctrl-C stops them at once, says "interrupted", and leaves no parsed rows behind."""
+    src = tmp_path / "src"
+    block = "".join(f"{index * 0.5},c{index % 40},\"w{index % 7}, x\",k{index % 3}\n" for index in range(20_000))
+    for number in range(4):                       # about 10 MB each: seconds of parsing on a busy machine
+        path = src / f"part{number}.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x,colour,word,label\n" + block * 20)
+    spill_home = tmp_path / "tmp"
+    spill_home.mkdir()
+    dst = tmp_path / "dst"
+    with _killed_at_exit(start_cli("convert", src, dst, "--label-column", "label", "--workers", 2, "--quiet",
+                                   env_extra={**EPOCH, "TMPDIR": str(spill_home)})) as proc:
+        assert wait_for(lambda: any(spill_home.iterdir()) or proc.poll() is not None, timeout=60)
+        assert proc.poll() is None, "the scan ended before it could be interrupted"
+        os.killpg(proc.pid, signal.SIGINT)
+        assert _interrupted_lines(proc) == ["error: interrupted"]
+    assert wait_for(lambda: not session_processes(proc.pid), timeout=10), "a worker outlived Ctrl-C"
+    assert list(spill_home.iterdir()) == [], "Ctrl-C left parsed rows behind"
+    assert not dst.exists()
