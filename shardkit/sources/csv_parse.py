@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -89,12 +90,12 @@ def chunk_vectors(codec: TabularCodec, item: CsvFile, chunk: Chunk, begin: int, 
     return full, labels, tails, reasons
 
 
-def parse_file(job: Tuple[CsvFile, Sequence[Column], str, Optional[LabelSpec], str, int, str],
+def parse_file(job: Tuple[CsvFile, Sequence[Column], str, Optional[LabelSpec], str, int, str, str],
                advance: Callable[[int, int], None] = lambda items, nbytes: None) -> ParsedFile:
     """Parse one file into a new spill (in a worker process, or in the scan's own with a progress bar)."""
-    item, columns, dtype, label, delimiter, owner, tag = job
+    item, columns, dtype, label, delimiter, owner, tag, directory = job
     codec = TabularCodec(columns, dtype, label)
-    spill = Spill(dtype, len(codec.features), bool(codec.texts), owner=owner, tag=tag)
+    spill = Spill(dtype, len(codec.features), bool(codec.texts), owner=owner, tag=tag, directory=directory)
 
     def spill_chunk(chunk: Chunk) -> None:
         matrix, labels, tails, reasons = chunk_vectors(codec, item, chunk, 0, len(chunk))
@@ -120,9 +121,9 @@ def parse_files(files: List[CsvFile], codec: TabularCodec, delimiter: str, worke
     from ..interrupt import SigintLatch
     from ..progress import Progress
     from ..workers import run_in_workers
-    owner, tag = os.getpid(), secrets.token_hex(4)
+    owner, tag, directory = os.getpid(), secrets.token_hex(4), tempfile.gettempdir()   # workers use ours
     label = codec.label
-    jobs = [(item, codec.columns, codec.dtype, label, delimiter, owner, tag) for item in files]
+    jobs = [(item, codec.columns, codec.dtype, label, delimiter, owner, tag, directory) for item in files]
     parsed: List[Optional[ParsedFile]] = [None] * len(files)
     try:
         with Progress(sum(item.size for item in files), "scan csv", quiet=quiet, unit="B") as bar:
@@ -142,7 +143,7 @@ def parse_files(files: List[CsvFile], codec: TabularCodec, delimiter: str, worke
             first_row += result.rows
         return _merge(codec, results, where)
     except BaseException:
-        remove_spills(owner, tag)           # also those of files whose worker was stopped
+        remove_spills(owner, tag, directory)      # also those of files whose worker was stopped
         raise
 
 

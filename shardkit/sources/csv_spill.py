@@ -51,10 +51,13 @@ class SpilledRows:
 class Spill:
     """Writes rows in order during the scan (append), then reads any range of them (read)."""
 
-    def __init__(self, dtype: str, features: int, texts: bool, owner: Optional[int] = None, tag: str = "") -> None:
+    def __init__(self, dtype: str, features: int, texts: bool, owner: Optional[int] = None, tag: str = "",
+                 directory: Optional[str] = None) -> None:
         """owner: the process that will use and remove the files (a scan's parent, when a worker
-        process writes them); tag: shared by the spills of one scan, so that scan can remove them all."""
-        remove_orphans()
+        process writes them); tag: shared by the spills of one scan, so that scan can remove them all;
+        directory: where (the owner's temporary directory; by default this process's)."""
+        directory = directory or tempfile.gettempdir()
+        remove_orphans(directory)
         self.record = record_type(dtype, features, texts)
         self.texts = texts
         self.rows = 0
@@ -63,9 +66,9 @@ class Spill:
         self._skip_bytes = 0
         self._writers: List[BinaryIO] = []
         prefix = spill_prefix(self._owner, tag)
-        self.folder = os.path.join(tempfile.gettempdir(), prefix)
+        self.folder = os.path.join(directory, prefix)
         with self._writing():
-            self.folder = tempfile.mkdtemp(prefix=prefix)
+            self.folder = tempfile.mkdtemp(prefix=prefix, dir=directory)
             self._writers = [open(os.path.join(self.folder, name), "wb")
                              for name in (ROWS_NAME, TEXTS_NAME, SKIPS_NAME)]
 
@@ -177,10 +180,10 @@ def spill_prefix(owner: int, tag: str = "") -> str:
     return f"{PREFIX}{owner}-{tag + '-' if tag else ''}"
 
 
-def remove_spills(owner: int, tag: str) -> None:
+def remove_spills(owner: int, tag: str, directory: str) -> None:
     """Remove every spill folder of one scan (some may have been made by workers it stopped)."""
     prefix = spill_prefix(owner, tag)
-    _remove_where(tempfile.gettempdir(), lambda name: name.startswith(prefix))
+    _remove_where(directory, lambda name: name.startswith(prefix))
 
 
 def remove_orphans(parent: Optional[str] = None) -> List[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import random
 from pathlib import Path
 from typing import Dict
@@ -13,6 +14,7 @@ import pytest
 
 import shardkit
 from shardkit.errors import SourceError
+from shardkit.sources.csv_spill import PREFIX
 
 from .conftest import write_rows
 
@@ -35,6 +37,14 @@ def _tree(root: Path, files: int = 4, rows: int = 700) -> Path:
     return root
 
 
+def _assert_no_spill_left(spill_home: Path) -> None:
+    """Nothing in this test's temporary directory, and nothing of this process in the system's
+    (workers must use the scan's directory, not their own default)."""
+    assert list(spill_home.iterdir()) == []
+    system = Path(os.environ.get("TMPDIR") or "/tmp")
+    assert not list(system.glob(f"{PREFIX}{os.getpid()}-*")), "a worker spilled outside the scan's directory"
+
+
 def _shards(dst: Path) -> Dict[str, str]:
     return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted((dst / "shards").iterdir())}
 
@@ -49,7 +59,7 @@ def test_workers_parse_files_into_the_same_dataset(spill_home: Path, tmp_path: P
     ds = shardkit.open_dataset(tmp_path / "three")
     assert ds.vocabularies["colour"] == [f"colour{k}" for k in range(6)]      # the union, sorted
     assert ds.classes == ["ant", "cat", "moose", "zebra"]
-    assert list(spill_home.iterdir()) == []
+    _assert_no_spill_left(spill_home)
 
 
 def test_a_file_that_fails_mid_scan_stops_every_worker_and_leaves_nothing(spill_home: Path, tmp_path: Path) -> None:
@@ -60,7 +70,7 @@ def test_a_file_that_fails_mid_scan_stops_every_worker_and_leaves_nothing(spill_
     (src / "part1" / "rows.csv.gz").write_bytes(data[: len(data) // 2])      # ends mid-stream
     with pytest.raises(SourceError, match=r"part1/rows\.csv\.gz: read failed"):
         shardkit.convert(src, tmp_path / "dst", label_column="label", workers=2, quiet=True)
-    assert list(spill_home.iterdir()) == []
+    _assert_no_spill_left(spill_home)
     assert not (tmp_path / "dst").exists()
 
 
@@ -71,4 +81,4 @@ def test_too_many_categories_over_all_files_is_refused(spill_home: Path, tmp_pat
                    [[index, f"city{number}-{index}", index % 2] for index in range(40_000)])
     with pytest.raises(SourceError, match=r"column 'city' has more than 65536 distinct values"):
         shardkit.convert(src, tmp_path / "dst", label_column="label", workers=2, quiet=True)
-    assert list(spill_home.iterdir()) == []
+    _assert_no_spill_left(spill_home)
