@@ -307,7 +307,7 @@ def _codebook(names: Optional[Sequence[str]]) -> Any:
 
 class OpenCodes:
     """Codes of a category column whose vocabulary is still being collected: ids in order of first
-    appearance, -1 for missing values. ranks() turns them into codes of the sorted vocabulary."""
+    appearance, -1 for missing values. ranks() turns them into codes of the final vocabulary."""
 
     def __init__(self) -> None:
         self.lookup: Dict[str, int] = {}
@@ -326,16 +326,10 @@ class OpenCodes:
                     self.names.append(value)
             return _mapped(self.lookup, values)
 
-    def vocabulary(self) -> List[str]:
-        """The distinct values seen (missing ones left out), sorted."""
-        return sorted(self.names)
-
-    def ranks(self) -> np.ndarray:
-        """int64 code in the sorted vocabulary of each id; the extra last entry keeps -1 (missing) at -1."""
-        ranks = np.empty(len(self.names) + 1, dtype=np.int64)
-        ranks[np.argsort(np.array(self.names, dtype=object), kind="stable")] = np.arange(len(self.names))
-        ranks[-1] = -1
-        return ranks
+    def ranks(self, vocabulary: Sequence[str]) -> np.ndarray:
+        """int64 code in `vocabulary` (which holds every value seen) of each id; the extra last
+        entry keeps -1 (missing) at -1."""
+        return np.append(_mapped(_lookup(vocabulary), self.names), -1)
 
 
 def _repeat(value: int, count: int) -> Any:

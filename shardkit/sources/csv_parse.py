@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..codecs.tabular import Column, LabelSpec, TabularCodec
+from ..codecs.tabular import Column, LabelSpec, OpenCodes, TabularCodec
 from .csv_read import Chunk, all_complete
 from .csv_scan import CsvFile, scan_file
 from .csv_schema import MAX_CATEGORIES, too_many_categories
@@ -24,13 +24,13 @@ from .csv_spill import Spill, remove_spills
 
 @dataclass
 class ParsedFile:
-    """What parsing one file gave: its rows and checkpoints, its spill, and per open column
-    (category without a given vocabulary, or class label) the values in order of first appearance."""
+    """What parsing one file gave: its rows and checkpoints, its spill, and the ids it gave the
+    values of each open column (category without a given vocabulary, or class label)."""
 
     rows: int
     checkpoints: np.ndarray
     spill: Spill
-    names: Dict[str, List[str]]
+    codes: Dict[str, OpenCodes]
 
 
 @dataclass
@@ -111,7 +111,7 @@ def parse_file(job: Tuple[CsvFile, Sequence[Column], str, Optional[LabelSpec], s
     except BaseException:
         spill.discard()
         raise
-    return ParsedFile(rows, checkpoints, spill, {name: codes.names for name, codes in codec.open_codes().items()})
+    return ParsedFile(rows, checkpoints, spill, codec.open_codes())
 
 
 def parse_files(files: List[CsvFile], codec: TabularCodec, delimiter: str, workers: int, quiet: bool,
@@ -149,21 +149,14 @@ def parse_files(files: List[CsvFile], codec: TabularCodec, delimiter: str, worke
 
 def _merge(codec: TabularCodec, results: List[ParsedFile], where: str) -> ParsedTable:
     """Sorted vocabularies over all files, and each file's map from its ids to their codes."""
-    opened = sorted({name for result in results for name in result.names})
+    opened = list(results[0].codes) if results else []          # the same columns in every file
     vocabularies: Dict[str, List[str]] = {}
     for name in opened:
-        values = sorted(set().union(*(result.names.get(name, ()) for result in results)))
+        values = sorted(set().union(*(result.codes[name].names for result in results)))
         if len(values) > MAX_CATEGORIES:
             raise too_many_categories(name, where)
         vocabularies[name] = values
-    ranks: List[Dict[str, np.ndarray]] = []
-    for result in results:
-        mapping: Dict[str, np.ndarray] = {}
-        for name in opened:
-            code = {value: index for index, value in enumerate(vocabularies[name])}
-            names = result.names.get(name, [])
-            mapping[name] = np.array([code[value] for value in names] + [-1], dtype=np.int64)
-        ranks.append(mapping)
+    ranks = [{name: result.codes[name].ranks(vocabularies[name]) for name in opened} for result in results]
     columns = [Column(column.name, column.type, tuple(vocabularies[column.name]))
                if column.name in vocabularies else column for column in codec.columns]
     label = codec.label
