@@ -11,7 +11,7 @@ from .errors import (  # noqa: F401 - re-exported
     ConversionError, CorruptSampleError, CorruptShardError, DestinationExistsError, EmptySourceError,
     LockedError, ManifestError, NotADatasetError, SampleError, ShardkitError, SourceError, UsageError)
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one version source: pyproject.toml reads it
 
 _LAZY = {
     "ConvertReport": "shardkit.conversion",
