@@ -56,7 +56,7 @@ class ConvertOptions:
     resume: bool = False
     overwrite: bool = False
     part: Optional[Any] = None
-    quiet: bool = False
+    quiet: bool = True         # the Python API is silent; the CLI shows progress unless --quiet
 
     def validate(self) -> None:
         """Raise UsageError for contradictory or out-of-range options."""

@@ -1,11 +1,10 @@
 """shardkit bench DST [--num-workers 0,1,2,4] [--batch-size 256] [--decode] [--seconds S] [--json]."""
 from __future__ import annotations
 
-import json
-
 import click
 
 from ..bench import BenchResult, bench, parse_worker_counts
+from .output import echo_json
 
 
 @click.command("bench")
@@ -32,7 +31,7 @@ def command(dst: str, num_workers: str, batch_size: int, decode: bool, seconds: 
     report = bench(dst, num_workers=counts, batch_size=batch_size, decode=decode, seconds=seconds,
                    quiet=quiet or as_json, on_result=show)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        echo_json(report.to_dict())
         return
     click.echo(f"{report.dst}: {report.num_samples} {report.format} samples, {report.reads}, "
                f"batch_size={report.batch_size}, {report.cpus} CPUs")

@@ -1,13 +1,13 @@
 """shardkit convert SRC DST [options]."""
 from __future__ import annotations
 
-import json
 from typing import Any, Optional, Tuple
 
 import click
 
 from ..conversion import convert
 from ..units import format_size
+from .output import echo_json
 
 
 @click.command("convert")
@@ -45,10 +45,11 @@ from ..units import format_size
 def command(src: str, dst: str, format_: str, columns: Optional[str], text_columns: Optional[str],
             size: Optional[Tuple[int, int]], as_json: bool, **options: Any) -> None:
     """Convert SRC (image tree, CSV file or folder, or a shardkit dataset) into shards at DST."""
+    options["quiet"] = options["quiet"] or as_json
     report = convert(src, dst, format=format_, size=size or None,
                      columns=_split(columns), text_columns=_split(text_columns), **options)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        echo_json(report.to_dict())
         return
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)

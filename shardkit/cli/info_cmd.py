@@ -1,11 +1,10 @@
 """shardkit info DST [--json]."""
 from __future__ import annotations
 
-import json
-
 import click
 
 from ..info import info, render_info
+from .output import echo_json
 
 
 @click.command("info")
@@ -14,4 +13,7 @@ from ..info import info, render_info
 def command(dst: str, as_json: bool) -> None:
     """Show what DST holds (read from its manifest; no shard is opened)."""
     data = info(dst)
-    click.echo(json.dumps(data, indent=2) if as_json else render_info(data))
+    if as_json:
+        echo_json(data)
+        return
+    click.echo(render_info(data))

@@ -1,11 +1,10 @@
 """shardkit merge PART_DST... DST."""
 from __future__ import annotations
 
-import json
-
 import click
 
 from ..merging import merge
+from .output import echo_json
 
 
 @click.command("merge")
@@ -17,7 +16,7 @@ def command(paths: tuple, as_json: bool) -> None:
         raise click.UsageError("give the part datasets and then DST")
     report = merge(list(paths[:-1]), paths[-1])
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        echo_json(report.to_dict())
     else:
         click.echo(f"merged {report.parts} parts: {report.num_samples} samples in {report.num_shards} shards "
                    f"({report.linked} hard-linked, {report.copied} copied) into {report.dst}")

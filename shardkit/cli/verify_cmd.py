@@ -1,12 +1,12 @@
 """shardkit verify DST [--quick | --deep] [--workers N] [--json]."""
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from ..verification import verify
+from .output import echo_json
 
 
 @click.command("verify")
@@ -20,7 +20,7 @@ def command(dst: str, mode: str, workers: int, as_json: bool, quiet: bool) -> No
     """Check DST against its manifest; exit 1 if anything is wrong (every problem is listed)."""
     report = verify(dst, mode=mode or "full", workers=workers, quiet=quiet or as_json)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        echo_json(report.to_dict())
     else:
         for problem in report.problems:
             click.echo(f"problem: {problem.message}", err=True)

@@ -15,8 +15,8 @@ from shardkit.errors import CorruptShardError, UsageError
 from shardkit.manifest import load_manifest
 from shardkit.samples import make_image_tree
 
-REPORT_KEYS = {"dst", "format", "num_samples", "bytes_per_sample", "decode", "collate", "reads", "batch_size",
-               "seconds", "cpus", "results", "recommended_num_workers", "recommendation"}
+REPORT_KEYS = {"version", "dst", "format", "num_samples", "bytes_per_sample", "decode", "collate", "reads",
+               "batch_size", "seconds", "cpus", "results", "recommended_num_workers", "recommendation"}
 RESULT_KEYS = {"num_workers", "samples", "batches", "seconds", "samples_per_s", "mb_per_s", "first_batch_s"}
 
 
