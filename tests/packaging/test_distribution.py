@@ -40,7 +40,7 @@ def test_build_is_clean(dist: dict) -> None:
 def test_sdist_carries_tests_docs_formats_and_license(dist: dict) -> None:
     with tarfile.open(dist["sdist"]) as tar:
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
-    for needed in ("LICENSE", "CHANGELOG.md", "tests/conftest.py", "docs/quickstart.md",
+    for needed in ("LICENSE", "CHANGELOG.md", "mkdocs.yml", "tests/conftest.py", "docs/quickstart.md",
                    "formats/manifest.schema.json", "formats/hdf5.md", "docker/Dockerfile"):
         assert needed in names, f"sdist lacks {needed}"
     assert not any(name.endswith(".pyc") for name in names)

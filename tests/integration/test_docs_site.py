@@ -1,0 +1,44 @@
+"""The documentation site builds with `mkdocs build --strict`: every nav page exists, every link
+and anchor resolves, and the generated CLI and Python API references render."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_site_builds_strict(tmp_path: Path) -> None:
+    for module in ("mkdocs", "material", "mkdocs_click", "mkdocstrings", "mkdocstrings_handlers.python"):
+        pytest.importorskip(module, reason="the docs extra is not installed: pip install -e '.[docs]'")
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stderr[-4000:]
+    cli = (site / "reference" / "cli" / "index.html").read_text()
+    for command in ("convert", "verify", "info", "merge", "bench", "--samples-per-shard"):
+        assert command in cli, f"the generated CLI reference lacks {command}"
+    api = (site / "reference" / "python" / "index.html").read_text()
+    for name in ("open_dataset", "ShardAwareSampler", "ConvertReport", "CorruptSampleError"):
+        assert name in api, f"the generated API reference lacks {name}"
+    assert (site / "formats" / "hdf5" / "index.html").is_file(), "formats/ pages are not on the site"
+    assert (site / "formats" / "manifest.schema.json").is_file()
+
+
+def test_readme_links_are_absolute_and_resolve() -> None:
+    """README.md is also the PyPI page, where relative links break: every link is an absolute
+    GitHub link to a file or folder of this repository (or another site)."""
+    import re
+    links = re.findall(r"\]\(([^)]+)\)", (REPO / "README.md").read_text())
+    assert links
+    prefix = re.compile(r"^https://github\.com/shardkit/shardkit/(blob|tree)/main/(.+)$")
+    for link in links:
+        assert link.startswith("https://"), f"README.md links {link!r}, which breaks on PyPI"
+        match = prefix.match(link)
+        if match:
+            assert (REPO / match.group(2)).exists(), f"README.md links {link}, but {match.group(2)} does not exist"
