@@ -1,9 +1,12 @@
-"""shardkit bench DST [--num-workers 0,1,2,4] [--batch-size 256] [--decode] [--seconds S] [--json]."""
+"""shardkit bench DST [--num-workers 0,1,2,4] [--batch-size 256] [--decode] [--seconds S] [--json] [--plot F]."""
 from __future__ import annotations
+
+from typing import Optional
 
 import click
 
 from ..bench import BenchResult, bench, parse_worker_counts
+from ..bench_plot import plot_report, require_matplotlib
 from .output import echo_json
 
 
@@ -18,10 +21,14 @@ from .output import echo_json
               help="How long each setting is timed, after its first batch.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, metavar="FILE.png",
+              help="Also draw samples/s against workers into FILE (needs matplotlib).")
 def command(dst: str, num_workers: str, batch_size: int, decode: bool, seconds: float, as_json: bool,
-            quiet: bool) -> None:
+            quiet: bool, plot: Optional[str]) -> None:
     """Time reading DST through a DataLoader for each worker count, and recommend a setting."""
     counts = parse_worker_counts(num_workers)
+    if plot:
+        require_matplotlib()
 
     def show(result: BenchResult) -> None:
         if not as_json:
@@ -30,9 +37,13 @@ def command(dst: str, num_workers: str, batch_size: int, decode: bool, seconds: 
 
     report = bench(dst, num_workers=counts, batch_size=batch_size, decode=decode, seconds=seconds,
                    quiet=quiet or as_json, on_result=show)
+    if plot:
+        plot_report(report, plot)
     if as_json:
         echo_json(report.to_dict())
         return
     click.echo(f"{report.dst}: {report.num_samples} {report.format} samples, {report.reads}, "
                f"batch_size={report.batch_size}, {report.cpus} CPUs")
     click.echo(f"recommended: {report.recommendation}")
+    if plot:
+        click.echo(f"plot: {plot}")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import sys
 import os
 from pathlib import Path
 
@@ -176,3 +177,23 @@ def test_docs_section_python_runs(tiny: Path) -> None:
     assert blocks
     for block in blocks:
         exec(compile(block, "docs/cli.md", "exec"), {"DST": str(tiny)})
+
+
+def test_plot_draws_throughput_against_workers(tiny: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the test extra installs matplotlib")
+    out = tmp_path / "bench.png"
+    result = run(tiny, "--num-workers", "0,1", "--batch-size", "8", "--seconds", "0.05", "--quiet", "--plot", out)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1] == f"plot: {out}"
+    image = out.read_bytes()
+    assert image.startswith(b"\x89PNG") and len(image) > 5000
+
+
+def test_plot_without_matplotlib_says_how_to_install_it(tiny: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)      # as if it were not installed
+    result = CliRunner().invoke(main, ["bench", str(tiny), "--plot", str(tmp_path / "bench.png")])
+    assert result.exit_code == 2
+    assert result.output.strip() == ("error: --plot needs matplotlib, which is not installed: "
+                                     "pip install matplotlib")
+    assert not (tmp_path / "bench.png").exists()
