@@ -5,13 +5,21 @@ Heavy libraries (torch, h5py, lmdb, PIL) load only when the names that need them
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import (  # noqa: F401 - re-exported
     ConversionError, CorruptSampleError, CorruptShardError, DestinationExistsError, EmptySourceError,
     LockedError, ManifestError, NotADatasetError, SampleError, ShardkitError, SourceError, UsageError)
 
 __version__ = "0.1.0"  # the one version source: pyproject.toml reads it
+
+if TYPE_CHECKING:      # type checkers see the real objects; at run time they load on first use
+    from .conversion import ConvertReport, convert  # noqa: F401
+    from .dataset import HDF5Dataset, LMDBDataset, PTDataset, ShardDataset, open_dataset  # noqa: F401
+    from .handles import worker_init_fn  # noqa: F401
+    from .merging import merge  # noqa: F401
+    from .sampler import ShardAwareSampler  # noqa: F401
+    from .verification import VerifyReport, verify  # noqa: F401
 
 _LAZY = {
     "ConvertReport": "shardkit.conversion",

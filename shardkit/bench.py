@@ -142,7 +142,7 @@ class ResizeToTensor:
         import numpy as np
         import torch
         from PIL import Image
-        small = image.resize((self.side, self.side), Image.BILINEAR)
+        small = image.resize((self.side, self.side), Image.Resampling.BILINEAR)
         return torch.from_numpy(np.asarray(small).copy()).permute(2, 0, 1)
 
 

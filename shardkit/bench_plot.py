@@ -23,7 +23,8 @@ def plot_report(report: BenchReport, path: str) -> None:
     axes = figure.subplots()
     workers = [result.num_workers for result in report.results]
     axes.plot(workers, [result.samples_per_s for result in report.results], marker="o", label=report.reads)
-    axes.axvline(report.recommended_num_workers, color="grey", linestyle=":", label="recommended")
+    if report.recommended_num_workers is not None:
+        axes.axvline(report.recommended_num_workers, color="grey", linestyle=":", label="recommended")
     axes.set_xticks(workers)
     axes.set_xlabel("DataLoader num_workers")
     axes.set_ylabel("samples/s")
