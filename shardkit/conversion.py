@@ -115,7 +115,27 @@ class ConvertReport:
 
 
 def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertReport:
-    """Convert SRC into a dataset of shards at DST; see ConvertOptions for the keywords."""
+    """Convert SRC into a dataset of shards at DST; see ConvertOptions for the keywords.
+
+    Args:
+        src: an image tree (`SRC/<class>/**/<image>`), a CSV file or folder of CSVs, or a
+            shardkit dataset (re-shard or change format).
+        dst: the new dataset's folder; it must be empty or absent unless `resume` or `overwrite`.
+        format: "hdf5", "lmdb" or "pt".
+        **kwargs: the CLI's options by their Python names, e.g. `shard_size="256MB"`,
+            `samples_per_shard`, `image_mode`, `compression`, `labels`, `workers`, `on_error`,
+            `max_errors`, `resume`, `overwrite`, `part` and `quiet` (True by default: no progress).
+
+    Returns:
+        A ConvertReport (samples, shards, bytes, skipped inputs, seconds).
+
+    Raises:
+        UsageError: contradictory or invalid options, a missing SRC, or a non-empty DST
+            (DestinationExistsError).
+        SourceError: SRC holds no usable sample (EmptySourceError).
+        ConversionError: the run failed (`on_error="fail"`, `max_errors`, a full disk, ...);
+            finished shards are kept for `resume=True`.
+    """
     try:
         options = ConvertOptions(format=format, **kwargs)
     except TypeError as exc:

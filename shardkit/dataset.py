@@ -264,7 +264,23 @@ class PTDataset(ShardDataset):
 
 
 def open_dataset(root: "str | os.PathLike[str]", **kwargs: Any) -> ShardDataset:
-    """Open DST with the Dataset class of the format its manifest names."""
+    """Open DST with the Dataset class of the format its manifest names.
+
+    Args:
+        root: the dataset folder (DST of a conversion).
+        **kwargs: passed to the dataset class: `decode` ("pil", "numpy", "tensor" or None for the
+            stored payload), `transform`, `target_transform`, `verify_checksums` (False, True for
+            each sample's CRC32, or "full" to also hash each shard once per process),
+            `max_open_shards` (per-process LRU of open shards, default 128), `as_dict` (tabular
+            rows as dicts), and format options such as `readahead=False`.
+
+    Returns:
+        An `HDF5Dataset`, `LMDBDataset` or `PTDataset`, all `torch.utils.data.Dataset`s.
+
+    Raises:
+        NotADatasetError: root holds no manifest.
+        ManifestError: the manifest is damaged or from a newer shardkit.
+    """
     manifest = load_manifest(root)
     classes = {cls.format_name: cls for cls in ShardDataset.__subclasses__()}
     return classes.get(manifest.format_name, ShardDataset)(root, **kwargs)

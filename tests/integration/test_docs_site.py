@@ -23,6 +23,7 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     cli = (site / "reference" / "cli" / "index.html").read_text()
     for command in ("convert", "verify", "info", "merge", "bench", "--samples-per-shard"):
         assert command in cli, f"the generated CLI reference lacks {command}"
+    assert "Sentinel.UNSET" not in cli, "click's no-default marker leaks into the CLI reference"
     api = (site / "reference" / "python" / "index.html").read_text()
     for name in ("open_dataset", "ShardAwareSampler", "ConvertReport", "CorruptSampleError"):
         assert name in api, f"the generated API reference lacks {name}"
