@@ -108,7 +108,7 @@ class ShardDataset(torch.utils.data.Dataset):
 
     def _make_decoder(self) -> Any:
         if not self.as_dict:
-            return make_decoder(self.manifest.schema, self.decode)
+            return make_decoder(self.manifest.schema, self.decode, self.manifest.source)
         if self.manifest.schema.kind != "tabular":
             raise UsageError(f"{self.root}: as_dict=True applies to tabular (CSV) datasets only", path=self.root)
         from .codecs.tabular import make_tabular_decoder

@@ -175,7 +175,7 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
                     problem("sample", f"sample {index} has label {encoded.label}, outside the {classes} classes",
                             index)
                 try:
-                    check_payload_decodes(manifest.schema, encoded.payload)
+                    check_payload_decodes(manifest.schema, encoded.payload, manifest.source)
                 except SampleError as exc:
                     problem("sample", f"sample {index} does not decode ({exc})", index)
     finally:
