@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 from pathlib import Path
 from typing import Any, Union
 
@@ -41,12 +42,29 @@ def durable_replace(tmp: PathLike, final: PathLike) -> None:
     fsync_path(os.path.dirname(os.path.abspath(final)))
 
 
+#: Flags of every file shardkit creates next to its final name: a new file, never through a link.
+CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def temp_path(final: PathLike) -> Path:
+    """An unpredictable temporary name next to final (.NAME.tmp-RANDOM), so nobody can plant a
+    link under it in advance."""
+    final = Path(final)
+    return final.with_name(f".{final.name}.tmp-{secrets.token_hex(8)}")
+
+
+def create_new(path: PathLike) -> int:
+    """A write-only fd of a file created here and now (O_EXCL|O_NOFOLLOW): FileExistsError if
+    anything, a symbolic link included, is already at path."""
+    return os.open(path, CREATE_FLAGS, 0o644)
+
+
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
     """Write a file so readers see either the old content or the complete new one."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temp_path(path)
     try:
-        with open(tmp, "wb") as handle:
+        with os.fdopen(create_new(tmp), "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

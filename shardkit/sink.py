@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .errors import ConversionError
 from .formats import get_format
-from .integrity import durable_replace, hash_file
+from .integrity import durable_replace, hash_file, temp_path
 from .journal import Journal
 from .manifest import SHARDS_DIR
 from .plan import ShardTask
@@ -76,7 +76,7 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
     fmt = get_format(ctx.format_name)
     rel = shard_relpath(task, fmt.extension)
     final = Path(ctx.dst) / rel
-    tmp = final.with_name(f".{final.name}.tmp")
+    tmp = temp_path(final)
     skipped: List[Skipped] = []
     tags: Counter = Counter()
     count = source_bytes = 0
