@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Any, Union
 
@@ -23,6 +24,51 @@ def hash_file(path: PathLike) -> str:
             if not block:
                 break
             digest.update(block)
+    return digest.hexdigest()
+
+
+class NotAShardFile(ValueError):
+    """A path that must be a regular file inside a folder is a link, a special file, outside
+    the folder, or not the size expected."""
+
+
+def open_regular(path: PathLike, root: PathLike, size: int) -> int:
+    """A read-only fd of path, if it is a regular file (not a link, FIFO or device) of exactly
+    `size` bytes whose real path is inside root; NotAShardFile otherwise, OSError if missing.
+
+    Opened O_NOFOLLOW|O_NONBLOCK, so neither a link nor a FIFO can redirect or hang the caller,
+    and checked with fstat on that same fd.
+    """
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise NotAShardFile(f"{path}: lies outside {root}")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                 | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAShardFile(f"{path}: is not a regular file")
+        if info.st_size != size:
+            raise NotAShardFile(f"{path}: has {info.st_size} bytes, expected {size}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def hash_shard_file(path: PathLike, root: PathLike, size: int) -> str:
+    """Hex sha256 of exactly `size` bytes of a regular file inside root (open_regular), read
+    from the fd that was checked; NotAShardFile if it is anything else or changes size."""
+    digest = hashlib.sha256()
+    with os.fdopen(open_regular(path, root, size), "rb") as handle:
+        left = size
+        while left:
+            block = handle.read(min(_BLOCK, left))
+            if not block:
+                raise NotAShardFile(f"{path}: ended after {size - left} of {size} bytes")
+            digest.update(block)
+            left -= len(block)
     return digest.hexdigest()
 
 
