@@ -1,6 +1,7 @@
 """Whole-file hashing and the durable-write helpers (fsync, atomic replace)."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -28,8 +29,16 @@ def hash_file(path: PathLike) -> str:
 
 
 class NotAShardFile(ValueError):
-    """A path that must be a regular file inside a folder is a link, a special file, outside
-    the folder, or not the size expected."""
+    """A path that must be a regular file inside a folder is a link, a special file, or outside
+    the folder."""
+
+
+class WrongSize(NotAShardFile):
+    """A regular file that does not have the size expected."""
+
+    def __init__(self, path: PathLike, size: int, expected: int) -> None:
+        super().__init__(f"{path}: has {size} bytes, expected {expected}")
+        self.size = size
 
 
 def open_regular(path: PathLike, root: PathLike, size: int) -> int:
@@ -43,14 +52,19 @@ def open_regular(path: PathLike, root: PathLike, size: int) -> int:
     real = os.path.realpath(path)
     if os.path.commonpath([real_root, real]) != real_root:
         raise NotAShardFile(f"{path}: lies outside {root}")
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-                 | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotAShardFile(f"{path}: is a symbolic link") from None
+        raise
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise NotAShardFile(f"{path}: is not a regular file")
         if info.st_size != size:
-            raise NotAShardFile(f"{path}: has {info.st_size} bytes, expected {size}")
+            raise WrongSize(path, info.st_size, size)
     except BaseException:
         os.close(fd)
         raise

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .codecs.decode import check_payload_decodes
 from .errors import CorruptShardError, ManifestError, SampleError, UsageError
 from .formats import get_format
-from .integrity import hash_file
+from .integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
 from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, ShardEntry, canonical_bytes, load_manifest
 from .progress import Progress
 
@@ -138,14 +138,24 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
         problems.append(Problem(kind, f"{path}: {message}", shard=entry.path, index=index))
 
     try:
-        size = os.path.getsize(path)
+        os.close(open_regular(path, dst, entry.size))
+        sized = True
+    except WrongSize as exc:
+        problem("size", f"{exc.size} bytes, manifest says {entry.size} (truncated, extended or replaced)")
+        sized = False
+    except NotAShardFile as exc:
+        problem("structure", f"{str(exc).replace(f'{path}: ', '', 1)}; shards are read only as regular files "
+                             "inside DST")
+        return problems, 0
     except OSError:
         problem("missing", "shard is missing")
         return problems, 0
-    if size != entry.size:
-        problem("size", f"{size} bytes, manifest says {entry.size} (truncated, extended or replaced)")
-    if mode in ("full", "deep") and size == entry.size and hash_file(path) != entry.sha256:
-        problem("checksum", "sha256 does not match the manifest (the file's bytes changed)")
+    if mode in ("full", "deep") and sized:
+        try:
+            if hash_shard_file(path, dst, entry.size) != entry.sha256:
+                problem("checksum", "sha256 does not match the manifest (the file's bytes changed)")
+        except (OSError, ValueError) as exc:
+            problem("checksum", f"cannot be hashed ({exc})")
     fmt = get_format(manifest.format_name)
     try:
         reader = fmt.open_reader(path, manifest.schema, manifest.format_options)
