@@ -53,10 +53,18 @@ class VerifyReport:
                 "samples_checked": self.samples_checked, "problems": [p.to_dict() for p in self.problems]}
 
 
-def verify(dst: str, mode: str = "full", workers: int = 1, quiet: bool = True) -> VerifyReport:
-    """Check DST against its manifest; NotADatasetError if DST has no manifest at all."""
+def verify(dst: str, mode: str = "full", workers: int = 1, quiet: bool = True,
+           expect_manifest_sha256: Optional[str] = None) -> VerifyReport:
+    """Check DST against its manifest; NotADatasetError if DST has no manifest at all.
+
+    The checks detect damage, not tampering: anyone who can write DST can recompute every hash.
+    For authenticity pass expect_manifest_sha256, the manifest_sha256 you got from a trusted
+    channel; a dataset whose manifest differs is reported, whatever its own hashes say.
+    """
     if mode not in MODES:
         raise UsageError(f"unknown verify mode {mode!r}; choose quick, full or deep")
+    if expect_manifest_sha256 is not None and not _is_sha256(expect_manifest_sha256):
+        raise UsageError(f"--expect-manifest-sha256 must be 64 hex digits, not {expect_manifest_sha256!r}")
     dst = os.fspath(dst)
     report = VerifyReport(dst=dst, mode=mode)
     try:
@@ -64,6 +72,8 @@ def verify(dst: str, mode: str = "full", workers: int = 1, quiet: bool = True) -
     except ManifestError as exc:
         report.problems.append(Problem("manifest", str(exc)))
         return report
+    if expect_manifest_sha256 is not None:
+        report.problems.extend(_unexpected_manifest(dst, expect_manifest_sha256.lower()))
     unreadable = _unreadable_format(dst, manifest)
     if unreadable is not None:
         report.problems.append(unreadable)
@@ -101,6 +111,20 @@ def _unreadable_format(dst: str, manifest: Manifest) -> Optional[Problem]:
         return Problem("manifest", f"{path}: {fmt.name} format version {manifest.format_version} is newer than "
                                    f"this shardkit reads ({fmt.version}); upgrade shardkit")
     return None
+
+
+def _is_sha256(text: Any) -> bool:
+    return isinstance(text, str) and len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
+def _unexpected_manifest(dst: str, expected: str) -> List[Problem]:
+    """The manifest is not the one the user trusts (its manifest_sha256 differs)."""
+    path = Path(dst) / MANIFEST_NAME
+    actual = json.loads(path.read_bytes()).get("manifest_sha256")
+    if actual == expected:
+        return []
+    return [Problem("manifest", f"{path}: manifest_sha256 is {actual}, not the expected {expected}: this is not "
+                                "the dataset you trust (replaced or tampered with)")]
 
 
 def _edited_bytes(dst: str) -> List[Problem]:
