@@ -20,7 +20,7 @@ from .journal import Journal, claim_destination, remove_outputs, remove_stale_te
 from .manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
 from .plan import ShardTask, make_tasks
 from .progress import Progress
-from .sink import ShardResult, SinkContext, explain_write_failure, write_shard
+from .sink import ShardResult, SinkContext, explain_write_failure, reusable_result, write_shard
 from .sources import Skipped, Source, open_source
 from .units import parse_part, parse_size
 
@@ -288,18 +288,16 @@ def _creation_time() -> str:
 
 def _split_done(journal: Journal, dst: str, tasks: List[ShardTask],
                 extension: str) -> Tuple[List[ShardResult], List[ShardTask]]:
-    """Finished shards (done record + file of that size) and the tasks still to do."""
+    """Finished shards (a well-formed done record for exactly this shard, whose file still has
+    the recorded sha256) and the tasks still to do."""
     done: List[ShardResult] = []
     pending: List[ShardTask] = []
     for task in tasks:
-        record = journal.read_done(task.name)
-        if record is not None:
-            result = ShardResult.from_dict(record)
-            file = Path(dst) / result.path
-            if file.is_file() and file.stat().st_size == result.size:
-                done.append(result)
-                continue
-        pending.append(task)
+        result = reusable_result(dst, task, extension, journal.read_done(task.name))
+        if result is not None:
+            done.append(result)
+        else:
+            pending.append(task)
     return done, pending
 
 

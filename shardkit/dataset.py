@@ -13,7 +13,7 @@ from .errors import CorruptSampleError, CorruptShardError, ManifestError, UsageE
 from .formats import get_format
 from .formats.base import ShardReader
 from .handles import HANDLES
-from .integrity import hash_file
+from .integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
 from .manifest import Manifest, load_manifest
 from .records import Encoded
 
@@ -108,7 +108,7 @@ class ShardDataset(torch.utils.data.Dataset):
 
     def _make_decoder(self) -> Any:
         if not self.as_dict:
-            return make_decoder(self.manifest.schema, self.decode)
+            return make_decoder(self.manifest.schema, self.decode, self.manifest.source)
         if self.manifest.schema.kind != "tabular":
             raise UsageError(f"{self.root}: as_dict=True applies to tabular (CSV) datasets only", path=self.root)
         from .codecs.tabular import make_tabular_decoder
@@ -150,9 +150,10 @@ class ShardDataset(torch.utils.data.Dataset):
             return
         path = self._paths[shard]
         try:
-            digest = hash_file(path)
-        except OSError:
-            raise CorruptShardError(f"{path}: shard {shard} is missing or unreadable", path=path) from None
+            digest = hash_shard_file(path, self.root, int(self._sizes[shard]))
+        except (OSError, ValueError) as exc:
+            raise CorruptShardError(f"{path}: shard {shard} is missing, unreadable or not a regular file "
+                                    f"inside the dataset ({exc})", path=path) from None
         if digest != self.manifest.shards[shard].sha256:
             raise CorruptShardError(f"{path}: shard {shard} fails its sha256 check (its bytes changed after "
                                     "conversion)", path=path)
@@ -161,12 +162,15 @@ class ShardDataset(torch.utils.data.Dataset):
     def _open(self, shard: int) -> ShardReader:
         path = self._paths[shard]
         try:
-            size = os.path.getsize(path)
+            os.close(open_regular(path, self.root, int(self._sizes[shard])))
+        except WrongSize as exc:
+            raise CorruptShardError(f"{path}: shard {shard} has {exc.size} bytes, manifest says "
+                                    f"{self._sizes[shard]} (truncated or replaced)", path=path) from None
+        except NotAShardFile as exc:
+            raise CorruptShardError(f"{exc}; shard {shard} is read only as a regular file inside the dataset",
+                                    path=path) from None
         except OSError:
             raise CorruptShardError(f"{path}: shard {shard} is missing", path=path) from None
-        if size != self._sizes[shard]:
-            raise CorruptShardError(f"{path}: shard {shard} has {size} bytes, manifest says {self._sizes[shard]} "
-                                    "(truncated or replaced)", path=path)
         fmt = get_format(self.manifest.format_name)
         try:
             reader = fmt.open_reader(path, self.manifest.schema, self._format_options)

@@ -1,9 +1,12 @@
 """Whole-file hashing and the durable-write helpers (fsync, atomic replace)."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import secrets
+import stat
 from pathlib import Path
 from typing import Any, Union
 
@@ -25,6 +28,64 @@ def hash_file(path: PathLike) -> str:
     return digest.hexdigest()
 
 
+class NotAShardFile(ValueError):
+    """A path that must be a regular file inside a folder is a link, a special file, or outside
+    the folder."""
+
+
+class WrongSize(NotAShardFile):
+    """A regular file that does not have the size expected."""
+
+    def __init__(self, path: PathLike, size: int, expected: int) -> None:
+        super().__init__(f"{path}: has {size} bytes, expected {expected}")
+        self.size = size
+
+
+def open_regular(path: PathLike, root: PathLike, size: int) -> int:
+    """A read-only fd of path, if it is a regular file (not a link, FIFO or device) of exactly
+    `size` bytes whose real path is inside root; NotAShardFile otherwise, OSError if missing.
+
+    Opened O_NOFOLLOW|O_NONBLOCK, so neither a link nor a FIFO can redirect or hang the caller,
+    and checked with fstat on that same fd.
+    """
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise NotAShardFile(f"{path}: lies outside {root}")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotAShardFile(f"{path}: is a symbolic link") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAShardFile(f"{path}: is not a regular file")
+        if info.st_size != size:
+            raise WrongSize(path, info.st_size, size)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def hash_shard_file(path: PathLike, root: PathLike, size: int) -> str:
+    """Hex sha256 of exactly `size` bytes of a regular file inside root (open_regular), read
+    from the fd that was checked; NotAShardFile if it is anything else or changes size."""
+    digest = hashlib.sha256()
+    with os.fdopen(open_regular(path, root, size), "rb") as handle:
+        left = size
+        while left:
+            block = handle.read(min(_BLOCK, left))
+            if not block:
+                raise NotAShardFile(f"{path}: ended after {size - left} of {size} bytes")
+            digest.update(block)
+            left -= len(block)
+    return digest.hexdigest()
+
+
 def fsync_path(path: PathLike) -> None:
     """fsync a file or directory by path so a crash cannot lose what was written."""
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) if os.path.isdir(path) else os.O_RDONLY
@@ -41,12 +102,29 @@ def durable_replace(tmp: PathLike, final: PathLike) -> None:
     fsync_path(os.path.dirname(os.path.abspath(final)))
 
 
+#: Flags of every file shardkit creates next to its final name: a new file, never through a link.
+CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def temp_path(final: PathLike) -> Path:
+    """An unpredictable temporary name next to final (.NAME.tmp-RANDOM), so nobody can plant a
+    link under it in advance."""
+    final = Path(final)
+    return final.with_name(f".{final.name}.tmp-{secrets.token_hex(8)}")
+
+
+def create_new(path: PathLike) -> int:
+    """A write-only fd of a file created here and now (O_EXCL|O_NOFOLLOW): FileExistsError if
+    anything, a symbolic link included, is already at path."""
+    return os.open(path, CREATE_FLAGS, 0o644)
+
+
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
     """Write a file so readers see either the old content or the complete new one."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temp_path(path)
     try:
-        with open(tmp, "wb") as handle:
+        with os.fdopen(create_new(tmp), "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

@@ -55,8 +55,9 @@ class Journal:
 
     def lock(self) -> None:
         """Take DST's exclusive lock, or raise LockedError if another conversion holds it."""
+        refuse_links(self.root.parent)
         self.done_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -96,12 +97,14 @@ class Journal:
 
     def clear_done(self) -> None:
         """Forget every finished shard (a fresh, non-resumed run)."""
+        refuse_links(self.root.parent)
         shutil.rmtree(self.done_dir, ignore_errors=True)
         self.done_dir.mkdir(parents=True, exist_ok=True)
 
     def remove(self) -> None:
         """Delete the journal after the manifest is safely written. The plan goes first: a run
         killed halfway through leaves a manifest and no plan, which reads as complete."""
+        refuse_links(self.root.parent)
         try:
             (self.root / "plan.json").unlink()
         except OSError:
@@ -112,8 +115,22 @@ class Journal:
 
 # ---- DST as a whole: claiming it for a conversion, and tidying it -------------------------
 _OWN_ENTRIES = {MANIFEST_NAME, SKIPPED_NAME, SHARDS_DIR, JOURNAL_DIR}
-#: Temporary names of atomic writes (integrity.atomic_write_bytes) and of shards being written (sink).
-_TEMP_NAME = re.compile(r"^\..+\.(tmp|tmp-\d+)$")
+#: Temporary names of atomic writes and of shards being written (integrity.temp_path).
+_TEMP_NAME = re.compile(r"^\..+\.tmp(-[0-9a-f]+)?$")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+#: What shardkit writes, renames or deletes inside DST; none of it may be a symbolic link.
+_LINK_CHECKED = (SHARDS_DIR, JOURNAL_DIR, f"{JOURNAL_DIR}/done", f"{JOURNAL_DIR}/lock", f"{JOURNAL_DIR}/plan.json",
+                 MANIFEST_NAME, SKIPPED_NAME)
+
+
+def refuse_links(dst: PathLike) -> None:
+    """UsageError if any of shardkit's own entries in DST is a symbolic link: writing, emptying or
+    deleting through it would touch files outside DST."""
+    for rel in _LINK_CHECKED:
+        path = os.path.join(dst, rel)
+        if os.path.islink(path):
+            raise UsageError(f"{path}: is a symbolic link; shardkit writes and deletes only its own files "
+                             "inside DST and refuses to follow links there (remove the link)", path=path)
 
 
 def claim_destination(dst: str, overwrite: bool, resume: bool) -> Journal:
@@ -125,6 +142,7 @@ def claim_destination(dst: str, overwrite: bool, resume: bool) -> Journal:
     path = Path(dst)
     if path.exists() and not path.is_dir():
         raise UsageError(f"{dst}: exists and is not a directory", path=dst)
+    refuse_links(dst)
     journal = Journal(dst)
     if journal.lock_file_exists():
         journal.lock()
@@ -161,6 +179,7 @@ def _check_destination(path: Path, overwrite: bool, resume: bool, journal: Journ
 
 def remove_stale_temps(dst: str) -> None:
     """Delete temporary files a killed or interrupted run left in DST, shards/ and the journal."""
+    refuse_links(dst)
     for folder in (Path(dst), Path(dst) / SHARDS_DIR, Path(dst) / JOURNAL_DIR, Path(dst) / JOURNAL_DIR / "done"):
         try:
             names = os.listdir(folder)
@@ -176,6 +195,7 @@ def remove_stale_temps(dst: str) -> None:
 
 def remove_outputs(dst: str, keep_lock: bool = False) -> None:
     """Delete what a conversion writes in DST (and its journal unless keep_lock)."""
+    refuse_links(dst)
     path = Path(dst)
     for name in (MANIFEST_NAME, SKIPPED_NAME):
         if (path / name).exists():

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .errors import ConversionError
 from .formats import get_format
-from .integrity import durable_replace, hash_file
+from .integrity import durable_replace, hash_file, hash_shard_file, temp_path
 from .journal import Journal
 from .manifest import SHARDS_DIR
 from .plan import ShardTask
@@ -61,6 +61,32 @@ class ShardResult:
         return cls(**data)
 
 
+def reusable_result(dst: str, task: ShardTask, extension: str, record: Any) -> Optional[ShardResult]:
+    """The ShardResult of a done record that `--resume` may reuse, or None.
+
+    The journal is untrusted like the rest of DST: the record must name exactly this task's
+    shard path, with fields of the right types and a count within the task, and the file must
+    be a regular file inside DST whose sha256 still matches.
+    """
+    if not isinstance(record, dict) or set(record) != set(ShardResult.__dataclass_fields__):
+        return None
+    ints = [record[name] for name in ("shard", "num_samples", "size", "source_bytes")]
+    if any(type(value) is not int or value < 0 for value in ints) or record["shard"] != task.shard \
+            or record["num_samples"] > task.stop - task.start or record["path"] != shard_relpath(task, extension):
+        return None
+    digest, skipped, tags = record["sha256"], record["skipped"], record["tags"]
+    if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
+            and isinstance(skipped, list) and all(isinstance(item, dict) for item in skipped)
+            and isinstance(tags, dict) and all(isinstance(k, str) and type(v) is int for k, v in tags.items())):
+        return None
+    try:
+        if hash_shard_file(Path(dst) / record["path"], dst, record["size"]) != digest:
+            return None
+    except (OSError, ValueError):
+        return None
+    return ShardResult.from_dict(record)
+
+
 def shard_relpath(task: ShardTask, extension: str) -> str:
     """shards/shard-00000.h5 style path relative to DST."""
     return f"{SHARDS_DIR}/{task.name}{extension}"
@@ -76,7 +102,7 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
     fmt = get_format(ctx.format_name)
     rel = shard_relpath(task, fmt.extension)
     final = Path(ctx.dst) / rel
-    tmp = final.with_name(f".{final.name}.tmp")
+    tmp = temp_path(final)
     skipped: List[Skipped] = []
     tags: Counter = Counter()
     count = source_bytes = 0

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .codecs.decode import check_payload_decodes
 from .errors import CorruptShardError, ManifestError, SampleError, UsageError
 from .formats import get_format
-from .integrity import hash_file
+from .integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
 from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, ShardEntry, canonical_bytes, load_manifest
 from .progress import Progress
 
@@ -53,10 +53,18 @@ class VerifyReport:
                 "samples_checked": self.samples_checked, "problems": [p.to_dict() for p in self.problems]}
 
 
-def verify(dst: str, mode: str = "full", workers: int = 1, quiet: bool = True) -> VerifyReport:
-    """Check DST against its manifest; NotADatasetError if DST has no manifest at all."""
+def verify(dst: str, mode: str = "full", workers: int = 1, quiet: bool = True,
+           expect_manifest_sha256: Optional[str] = None) -> VerifyReport:
+    """Check DST against its manifest; NotADatasetError if DST has no manifest at all.
+
+    The checks detect damage, not tampering: anyone who can write DST can recompute every hash.
+    For authenticity pass expect_manifest_sha256, the manifest_sha256 you got from a trusted
+    channel; a dataset whose manifest differs is reported, whatever its own hashes say.
+    """
     if mode not in MODES:
         raise UsageError(f"unknown verify mode {mode!r}; choose quick, full or deep")
+    if expect_manifest_sha256 is not None and not _is_sha256(expect_manifest_sha256):
+        raise UsageError(f"--expect-manifest-sha256 must be 64 hex digits, not {expect_manifest_sha256!r}")
     dst = os.fspath(dst)
     report = VerifyReport(dst=dst, mode=mode)
     try:
@@ -64,6 +72,8 @@ def verify(dst: str, mode: str = "full", workers: int = 1, quiet: bool = True) -
     except ManifestError as exc:
         report.problems.append(Problem("manifest", str(exc)))
         return report
+    if expect_manifest_sha256 is not None:
+        report.problems.extend(_unexpected_manifest(dst, expect_manifest_sha256.lower()))
     unreadable = _unreadable_format(dst, manifest)
     if unreadable is not None:
         report.problems.append(unreadable)
@@ -103,6 +113,20 @@ def _unreadable_format(dst: str, manifest: Manifest) -> Optional[Problem]:
     return None
 
 
+def _is_sha256(text: Any) -> bool:
+    return isinstance(text, str) and len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
+def _unexpected_manifest(dst: str, expected: str) -> List[Problem]:
+    """The manifest is not the one the user trusts (its manifest_sha256 differs)."""
+    path = Path(dst) / MANIFEST_NAME
+    actual = json.loads(path.read_bytes()).get("manifest_sha256")
+    if actual == expected:
+        return []
+    return [Problem("manifest", f"{path}: manifest_sha256 is {actual}, not the expected {expected}: this is not "
+                                "the dataset you trust (replaced or tampered with)")]
+
+
 def _edited_bytes(dst: str) -> List[Problem]:
     """manifest.json's self-checksum covers its content; this catches any other edit (spacing)."""
     path = Path(dst) / MANIFEST_NAME
@@ -138,14 +162,24 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
         problems.append(Problem(kind, f"{path}: {message}", shard=entry.path, index=index))
 
     try:
-        size = os.path.getsize(path)
+        os.close(open_regular(path, dst, entry.size))
+        sized = True
+    except WrongSize as exc:
+        problem("size", f"{exc.size} bytes, manifest says {entry.size} (truncated, extended or replaced)")
+        sized = False
+    except NotAShardFile as exc:
+        problem("structure", f"{str(exc).replace(f'{path}: ', '', 1)}; shards are read only as regular files "
+                             "inside DST")
+        return problems, 0
     except OSError:
         problem("missing", "shard is missing")
         return problems, 0
-    if size != entry.size:
-        problem("size", f"{size} bytes, manifest says {entry.size} (truncated, extended or replaced)")
-    if mode in ("full", "deep") and size == entry.size and hash_file(path) != entry.sha256:
-        problem("checksum", "sha256 does not match the manifest (the file's bytes changed)")
+    if mode in ("full", "deep") and sized:
+        try:
+            if hash_shard_file(path, dst, entry.size) != entry.sha256:
+                problem("checksum", "sha256 does not match the manifest (the file's bytes changed)")
+        except (OSError, ValueError) as exc:
+            problem("checksum", f"cannot be hashed ({exc})")
     fmt = get_format(manifest.format_name)
     try:
         reader = fmt.open_reader(path, manifest.schema, manifest.format_options)
@@ -175,7 +209,7 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
                     problem("sample", f"sample {index} has label {encoded.label}, outside the {classes} classes",
                             index)
                 try:
-                    check_payload_decodes(manifest.schema, encoded.payload)
+                    check_payload_decodes(manifest.schema, encoded.payload, manifest.source)
                 except SampleError as exc:
                     problem("sample", f"sample {index} does not decode ({exc})", index)
     finally:

@@ -1,4 +1,4 @@
-"""shardkit verify DST [--quick | --deep] [--workers N] [--json]."""
+"""shardkit verify DST [--quick | --deep] [--workers N] [--json] [--expect-manifest-sha256 HEX]."""
 from __future__ import annotations
 
 import sys
@@ -16,9 +16,15 @@ from .output import echo_json
 @click.option("--workers", type=int, default=1, show_default=True, help="Shards checked in parallel.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def command(dst: str, mode: str, workers: int, as_json: bool, quiet: bool) -> None:
-    """Check DST against its manifest; exit 1 if anything is wrong (every problem is listed)."""
-    report = verify(dst, mode=mode or "full", workers=workers, quiet=quiet or as_json)
+@click.option("--expect-manifest-sha256", "expected", metavar="HEX",
+              help="The manifest_sha256 you got from a trusted source; any other manifest is a problem.")
+def command(dst: str, mode: str, workers: int, as_json: bool, quiet: bool, expected: str) -> None:
+    """Check DST against its manifest; exit 1 if anything is wrong (every problem is listed).
+
+    The hashes detect damage, not tampering: add --expect-manifest-sha256 for authenticity.
+    """
+    report = verify(dst, mode=mode or "full", workers=workers, quiet=quiet or as_json,
+                    expect_manifest_sha256=expected)
     if as_json:
         echo_json(report.to_dict())
     else:

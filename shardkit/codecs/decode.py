@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 import warnings
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -73,15 +73,18 @@ def _background(schema: SampleSchema) -> Tuple[int, int, int]:
     return parse_background(schema.codec.get("background", DEFAULT_BACKGROUND))
 
 
-def make_image_decoder(background: Tuple[int, int, int] = (255, 255, 255)) -> Callable[[Payload], Any]:
-    """payload bytes -> upright 8-bit RGB PIL image (the conversion's colour handling)."""
-    def decode(payload: Payload) -> Any:
-        from PIL import Image
+def make_image_decoder(background: Tuple[int, int, int] = (255, 255, 255),
+                       formats: Sequence[str] = ()) -> Callable[[Payload], Any]:
+    """payload bytes -> upright 8-bit RGB PIL image (the conversion's colour handling); only
+    images in `formats` (default: every allowed format) are opened."""
+    from .image import IMAGE_FORMATS
+    allowed = tuple(formats) or IMAGE_FORMATS
 
-        from .image import apply_orientation, to_rgb
+    def decode(payload: Payload) -> Any:
+        from .image import apply_orientation, open_image, to_rgb
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)     # Pillow's notes on odd metadata (EXIF)
-            image = Image.open(_as_bytes_io(payload))
+            image = open_image(_as_bytes_io(payload), allowed)
             image.load()
         return to_rgb(apply_orientation(image), background)
     return decode
@@ -92,8 +95,16 @@ def _pil_to_tensor(image: Any) -> Any:
     return torch.from_numpy(np.array(image)).permute(2, 0, 1)
 
 
-def make_decoder(schema: SampleSchema, mode: Optional[str]) -> Decoder:
-    """A function from stored payload to the sample the user asked for."""
+def image_formats(schema: SampleSchema, source: Optional[Dict[str, Any]] = None) -> Tuple[str, ...]:
+    """The image formats a dataset's manifest allows its encoded samples to be in."""
+    from .image import recorded_formats
+    detected = ((source or {}).get("summary") or {}).get("detected") if isinstance(source, dict) else None
+    return recorded_formats(schema.codec, detected)
+
+
+def make_decoder(schema: SampleSchema, mode: Optional[str], source: Optional[Dict[str, Any]] = None) -> Decoder:
+    """A function from stored payload to the sample the user asked for; `source` is the
+    manifest's source record, which says which image formats the samples may be in."""
     if mode not in DECODE_MODES:
         raise UsageError(f"unknown decode mode {mode!r}; choose pil, numpy, tensor or None")
     if schema.kind != "image":
@@ -108,7 +119,7 @@ def make_decoder(schema: SampleSchema, mode: Optional[str]) -> Decoder:
             return array_to_tensor
         from PIL import Image
         return lambda payload: Image.fromarray(np.ascontiguousarray(payload))
-    decode_pil = make_image_decoder(_background(schema))
+    decode_pil = make_image_decoder(_background(schema), image_formats(schema, source))
     if mode == "pil":
         return decode_pil
     if mode == "numpy":
@@ -116,8 +127,10 @@ def make_decoder(schema: SampleSchema, mode: Optional[str]) -> Decoder:
     return lambda payload: _pil_to_tensor(decode_pil(payload))
 
 
-def check_payload_decodes(schema: SampleSchema, payload: Payload) -> None:
-    """Raise SampleError unless the payload decodes fully (used by verify --deep)."""
+def check_payload_decodes(schema: SampleSchema, payload: Payload,
+                          source: Optional[Dict[str, Any]] = None) -> None:
+    """Raise SampleError unless the payload decodes fully in a format the manifest's source
+    record allows (used by verify --deep)."""
     if schema.kind == "image" and not schema.is_array:
         from .image import open_checked
-        open_checked(bytes(payload))
+        open_checked(bytes(payload), formats=image_formats(schema, source))

@@ -22,8 +22,14 @@ from ..errors import SampleError, UsageError
 from ..records import Payload
 from ..schema import LAYOUT_ARRAY, LAYOUT_BYTES, SampleSchema
 
-#: Pillow plugins that only identify files and cannot decode them.
-_STUB_FORMATS = frozenset({"BUFR", "GRIB", "HDF5", "MPEG", "WMF"})
+#: The only Pillow formats shardkit opens (plugin ids of Image.open(..., formats=...)): decoders
+#: built into Pillow and its bundled libraries. Left out on purpose: EPS/PS (decoded by running
+#: Ghostscript, an external program), the identify-only stubs (BUFR, GRIB, HDF5, MPEG, WMF) and
+#: rarely used formats whose parsers add attack surface (docs/image-modes.md).
+IMAGE_FORMATS: Tuple[str, ...] = ("AVIF", "BMP", "DIB", "GIF", "ICO", "JPEG", "JPEG2000", "PNG", "PPM",
+                                  "QOI", "TGA", "TIFF", "WEBP")
+#: Formats Pillow reports for files its allowed plugins open (a JPEG with extra pictures is "MPO").
+_REPORTED_AS = {"MPO": "JPEG"}
 IMAGE_MODES = ("passthrough", "jpeg", "png", "webp", "raw")
 REENCODE_MODES = ("jpeg", "png", "webp")
 LOSSY_MODES = ("jpeg", "webp")
@@ -51,15 +57,35 @@ _WIDE_GRAY_MODES = frozenset({"I", "I;16", "I;16L", "I;16B", "I;16N"})
 
 
 def image_extensions() -> FrozenSet[str]:
-    """Lower-case extensions (with dot) that Pillow registers for opening an image."""
+    """Lower-case extensions (with dot) of the allowed image formats (IMAGE_FORMATS)."""
     from PIL import Image
     Image.init()
-    return frozenset(ext.lower() for ext, fmt in Image.registered_extensions().items()
-                     if fmt in Image.OPEN and fmt not in _STUB_FORMATS)
+    allowed = set(IMAGE_FORMATS) | set(_REPORTED_AS)
+    return frozenset(ext.lower() for ext, fmt in Image.registered_extensions().items() if fmt in allowed)
 
 
-def open_checked(data: bytes, *, draft: bool = False, min_size: Optional[Tuple[int, int]] = None) -> Any:
-    """Decode every byte of an image (its first frame) or raise SampleError.
+def recorded_formats(codec: Dict[str, Any], detected: Any = None) -> Tuple[str, ...]:
+    """The formats a dataset's encoded images may be in, from what its manifest records: the
+    encoder of a re-encoding mode, else the detected source formats (all of IMAGE_FORMATS when
+    the manifest does not say); never anything outside IMAGE_FORMATS."""
+    encoder = codec.get("encoder")
+    if codec.get("image_mode") in REENCODE_MODES and encoder in IMAGE_FORMATS:
+        return (str(encoder),)
+    if isinstance(detected, dict) and detected:
+        names = {_REPORTED_AS.get(str(name), str(name)) for name in detected}
+        return tuple(name for name in IMAGE_FORMATS if name in names)
+    return IMAGE_FORMATS
+
+
+def open_image(stream: Any, formats: Sequence[str] = IMAGE_FORMATS) -> Any:
+    """Image.open limited to the allowed formats (never a plugin that runs another program)."""
+    from PIL import Image
+    return Image.open(stream, formats=[name for name in formats if name in IMAGE_FORMATS])
+
+
+def open_checked(data: bytes, *, draft: bool = False, min_size: Optional[Tuple[int, int]] = None,
+                 formats: Sequence[str] = IMAGE_FORMATS) -> Any:
+    """Decode every byte of an image (its first frame) in one of `formats`, or raise SampleError.
 
     JPEG only: draft decodes at 1/8 DCT scale (a fast integrity check); min_size lets the
     decoder use the smallest DCT scale that keeps both sides at least min_size.
@@ -72,7 +98,7 @@ def open_checked(data: bytes, *, draft: bool = False, min_size: Optional[Tuple[i
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)     # Pillow's notes on odd metadata (EXIF)
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
+            image = open_image(io.BytesIO(data), formats)
             if image.format == "JPEG" and (draft or min_size):
                 wanted = (max(1, image.width // 8), max(1, image.height // 8)) if draft else min_size
                 image.draft("RGB", wanted)
@@ -80,7 +106,8 @@ def open_checked(data: bytes, *, draft: bool = False, min_size: Optional[Tuple[i
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise SampleError(f"decompression bomb refused ({exc})") from None
     except Image.UnidentifiedImageError:
-        raise SampleError("not an image Pillow can identify") from None
+        raise SampleError("not an image Pillow can identify in an allowed format "
+                          "(docs/image-modes.md)") from None
     except Exception as exc:  # noqa: BLE001 - Pillow raises many types on damaged data (struct.error, ...)
         raise SampleError(f"image does not decode ({type(exc).__name__}: {exc})") from None
     return image

@@ -34,6 +34,13 @@ CHUNK_CACHE_SLOTS = 10007
 #: limit is about 1032:1): a dataset claiming more is not backed by the file.
 MAX_EXPANSION = 1100
 _WRITE_BLOCK = 64 << 20
+#: Largest chunk a reader accepts (the writer's are at most 1 MiB, or one sample when a sample is
+#: larger): reading one byte inflates its whole chunk, so a crafted huge chunk is a memory bomb.
+MAX_CHUNK_BYTES = 4 << 20
+#: Filters a shard may use: built into HDF5 and h5py, never loaded from a plugin library.
+SAFE_FILTERS = frozenset({h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32,
+                          h5py.h5z.FILTER_LZF})
+_STORED_LAYOUTS = (h5py.h5d.CONTIGUOUS, h5py.h5d.CHUNKED, h5py.h5d.COMPACT)
 #: array typecode of the writer's CRC32 list: 4-byte unsigned (half the memory of int64 per sample).
 _U32 = next(code for code in "IL" if array(code).itemsize == 4)
 
@@ -153,6 +160,50 @@ def _create(handle: h5py.File, name: str, shape: tuple, dtype: Any, chunks: tupl
                                  **dcpl_kwargs)
 
 
+def disable_filter_plugins() -> None:
+    """Empty HDF5's plugin search path, so no filter plugin library (from HDF5_PLUGIN_PATH or
+    the default folders) can be loaded into this process by a shard naming its filter id."""
+    while h5py.h5pl.size():
+        h5py.h5pl.remove(0)
+
+
+def check_self_contained(handle: h5py.File) -> None:
+    """Raise ValueError unless every member of the file is a hard link to a dataset whose bytes
+    are in this file: no soft or external links, external raw storage, virtual layouts, filters
+    outside SAFE_FILTERS, chunks over MAX_CHUNK_BYTES (or one row) or larger than the dataset.
+
+    A shard's checksum covers only its own bytes, so anything it reads from elsewhere would get
+    around verify; and a chunk is inflated whole on every read. Called wherever a shard opens.
+    """
+    for name in handle:
+        link = handle.get(name, getlink=True)
+        if not isinstance(link, h5py.HardLink):
+            raise ValueError(f"/{name} is a {type(link).__name__}; only datasets stored in the shard are read")
+        if handle.get(name, getclass=True) is not h5py.Dataset:
+            raise ValueError(f"/{name} is not a dataset")
+        _check_storage(name, handle[name])
+
+
+def _check_storage(name: str, dset: h5py.Dataset) -> None:
+    dcpl = dset.id.get_create_plist()
+    if dcpl.get_layout() not in _STORED_LAYOUTS:
+        raise ValueError(f"/{name} has a virtual layout (its data lives in other files)")
+    if dcpl.get_external_count():
+        raise ValueError(f"/{name} keeps its data in external files")
+    for number in range(dcpl.get_nfilters()):
+        code = dcpl.get_filter(number)[0]
+        if code not in SAFE_FILTERS:
+            raise ValueError(f"/{name} uses HDF5 filter {code}, which shardkit does not read")
+    if dset.chunks is None:
+        return
+    row_bytes = int(np.prod(dset.shape[1:], dtype=np.int64)) * dset.dtype.itemsize
+    chunk_bytes = int(np.prod(dset.chunks, dtype=np.float64)) * dset.dtype.itemsize
+    if any(chunk > max(1, size) for chunk, size in zip(dset.chunks, dset.shape)) \
+            or chunk_bytes > max(MAX_CHUNK_BYTES, row_bytes):
+        raise ValueError(f"/{name} has chunks of {dset.chunks} ({chunk_bytes} bytes) for shape {dset.shape}; "
+                         f"chunks may not exceed the dataset or {MAX_CHUNK_BYTES} bytes")
+
+
 class HDF5Reader(ShardReader):
     """Reads samples by index; uncompressed data is served zero-copy from an mmap.
 
@@ -167,10 +218,16 @@ class HDF5Reader(ShardReader):
         self._readahead = readahead
         self._flat: Optional[np.ndarray] = None
         self._mmap: Optional[mmap.mmap] = None
+        disable_filter_plugins()
         try:
             self._file = h5py.File(path, "r", rdcc_nbytes=CHUNK_CACHE_BYTES, rdcc_nslots=CHUNK_CACHE_SLOTS)
         except (OSError, ValueError, RuntimeError) as exc:
             raise CorruptShardError(f"{path}: cannot open HDF5 shard ({_short(exc)})", path=path) from None
+        try:
+            check_self_contained(self._file)
+        except (ValueError, KeyError, OSError, RuntimeError) as exc:
+            self.close()
+            raise CorruptShardError(f"{path}: unsafe HDF5 shard: {_short(exc)}", path=path) from None
         try:
             self._load_tables()
             self._map_chunks()

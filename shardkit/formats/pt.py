@@ -13,6 +13,7 @@ file's mapping, so a random read touches only its own pages and memory stays fla
 from __future__ import annotations
 
 import os
+import zipfile
 from array import array
 from typing import Any, Dict, Optional, Sequence
 
@@ -100,6 +101,21 @@ class PTWriter(ShardWriter):
         self._data = None
 
 
+def check_zip_index(path: str) -> None:
+    """Raise ValueError unless every entry of the .pt archive is stored uncompressed (as
+    torch.save writes them) and no larger than the file, read from the zip's central directory
+    before torch.load inflates anything: a deflated entry could be a zip bomb."""
+    size = os.path.getsize(path)
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+                raise ValueError(f"archive entry {info.filename!r} is compressed; torch.save stores entries "
+                                 "as they are")
+            if info.file_size > size:
+                raise ValueError(f"archive entry {info.filename!r} claims {info.file_size} bytes in a "
+                                 f"{size}-byte file")
+
+
 class PTReader(ShardReader):
     """Random access into the mmap'd tensors; uncompressed payloads are zero-copy read-only views."""
 
@@ -107,6 +123,7 @@ class PTReader(ShardReader):
         self._path = path
         self._schema = schema
         try:
+            check_zip_index(path)
             shard = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
         except Exception as exc:  # noqa: BLE001 - torch raises many types for a damaged archive
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -1,0 +1,70 @@
+"""Crafted inputs of the security suite: a dataset whose shard is rewritten with chosen samples,
+a fake Ghostscript that records every call, and small image files."""
+from __future__ import annotations
+
+import io
+import os
+import stat
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from shardkit.formats import get_format
+from shardkit.records import Encoded
+from tests.faults.crafting import reseal
+
+#: A minimal EPS file Pillow's EPS plugin recognises (and would hand to Ghostscript to decode).
+EPS = (b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\n"
+       b"newpath 0 0 moveto 8 0 lineto 8 8 lineto closepath fill\nshowpage\n%%EOF\n")
+
+
+def png_bytes(size: int = 8, colour: tuple = (200, 30, 30)) -> bytes:
+    """A small RGB PNG."""
+    from PIL import Image
+    out = io.BytesIO()
+    Image.new("RGB", (size, size), colour).save(out, "PNG")
+    return out.getvalue()
+
+
+def fake_ghostscript(folder: Path) -> Dict[str, str]:
+    """A `gs` at the front of PATH that logs each call to folder/gs.log; the env to use it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "gs.log"
+    script = folder / "gs"
+    script.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\nexit 1\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return {"PATH": f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def gs_calls(folder: Path) -> List[str]:
+    """The calls the fake `gs` logged."""
+    log = folder / "gs.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def one_image_dataset(tmp: Path, fmt: str, payload: Optional[bytes] = None) -> Path:
+    """A passthrough dataset of one labelled PNG; with payload, its shard is rewritten to hold
+    that payload instead (CRC32 correct) and the manifest resealed, as an attacker would."""
+    import shardkit
+    src = tmp / "src"
+    (src / "cls").mkdir(parents=True)
+    (src / "cls" / "a.png").write_bytes(png_bytes())
+    dst = tmp / "dst"
+    shardkit.convert(str(src), str(dst), format=fmt, quiet=True)
+    if payload is not None:
+        rewrite_shard(dst, [Encoded.make(payload, 0)])
+    return dst
+
+
+def rewrite_shard(dst: Path, samples: List[Encoded]) -> Path:
+    """Replace the first shard of dst with one holding samples, written by the format's own
+    writer; the manifest is resealed to match."""
+    from shardkit.manifest import load_manifest
+    manifest = load_manifest(dst)
+    fmt = get_format(manifest.format_name)
+    path = dst / manifest.shards[0].path
+    path.unlink()
+    writer = fmt.open_writer(str(path), manifest.schema, manifest.format_options)
+    writer.append_many(samples)
+    writer.close()
+    reseal(dst)
+    return path

@@ -1,0 +1,58 @@
+"""The read side opens shards only as regular files inside DST: a shard replaced by a link (to
+/dev/zero, or to an intact copy elsewhere) or by a FIFO is reported, never followed or waited on."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from tests.faults.crafting import forge_manifest
+from tests.faults.helpers import cli_env
+from tests.security.crafted import one_image_dataset
+
+CHECK = ("import sys, shardkit\nfor mode in ('quick', 'full', 'deep'):\n"
+         "    report = shardkit.verify(sys.argv[1], mode=mode)\n"
+         "    print(mode, [(p.kind, p.message) for p in report.problems])\n"
+         "for checks in (False, 'full'):\n    try:\n"
+         "        shardkit.open_dataset(sys.argv[1], verify_checksums=checks)[0]\n"
+         "        print('read', checks, 'ok')\n"
+         "    except shardkit.ShardkitError as exc:\n        print('read', checks, 'refused:', exc)\n")
+
+
+def to_dev_zero(shard: Path, tmp: Path) -> None:
+    shard.unlink()
+    shard.symlink_to("/dev/zero")
+
+
+def to_outside_copy(shard: Path, tmp: Path) -> None:
+    copy = tmp / "elsewhere.bin"
+    shutil.copyfile(shard, copy)
+    shard.unlink()
+    shard.symlink_to(copy)
+
+
+def to_fifo(shard: Path, tmp: Path) -> None:
+    shard.unlink()
+    os.mkfifo(shard)
+
+
+@pytest.mark.parametrize("replace", [to_dev_zero, to_outside_copy, to_fifo])
+def test_links_and_special_files_are_refused_without_hanging(tmp_path: Path, replace: Callable) -> None:
+    dst = one_image_dataset(tmp_path, "pt")
+    shard = dst / "shards" / "shard-00000.pt"
+    replace(shard, tmp_path)
+    if replace is not to_outside_copy:          # reseal for what the file now looks like: 0 bytes
+        forge_manifest(dst, lambda data: data["shards"][0].update(size=0))
+    result = subprocess.run([sys.executable, "-c", CHECK, str(dst)], env=cli_env(), capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for line in lines[:3]:
+        assert "('structure'" in line and "shard-00000.pt" in line and "regular file" in line, line
+    assert [line.split(":")[0] for line in lines[3:]] == ["read False refused", "read full refused"]
+    assert all(str(shard) in line and "regular file" in line for line in lines[3:]), lines
