@@ -14,7 +14,7 @@ import pytest
 
 import shardkit
 from shardkit.errors import SourceError
-from shardkit.sources.csv_spill import PREFIX
+from shardkit.sources.tabular.spill import PREFIX
 
 from .conftest import write_rows
 

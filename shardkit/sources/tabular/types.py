@@ -1,8 +1,11 @@
-"""CSV column types: inference from a bounded sample of rows, --schema overrides, vocabularies.
+"""Column types: inference from a bounded sample of rows, --schema overrides, vocabularies.
 
 Inference looks at the first SAMPLE_ROWS rows: a column whose values are all integers (none
 missing) is "int", all numbers or missing is "float", anything else is "category" — unless
---text-columns names it. Streaming confirms it: a later value that contradicts the type makes
+--text-columns names it. Values stored with a type (Parquet, Arrow, JSON) keep it: floating
+point numbers are "float", integers and booleans "int" ("float" when some are missing), strings
+are inferred as text fields are; other types (lists, structs, dates) are refused.
+Streaming confirms it: a later value that contradicts the type makes
 its row bad. Vocabularies (and string label classes) are collected over every row (codecs.tabular.OpenCodes).
 """
 from __future__ import annotations
@@ -14,8 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..codecs.tabular import COLUMN_TYPES, EXACT_INT, Column, is_missing, parse_floats
-from ..errors import SourceError, UsageError
+from ...codecs.tabular import COLUMN_TYPES, EXACT_INT, Column, is_missing, parse_floats
+from ...errors import SourceError, UsageError
 
 SAMPLE_ROWS = 10_000
 #: A string column (or label) with more distinct values than this is refused as a category.
@@ -83,8 +86,10 @@ def load_schema_file(path: Optional[str]) -> SchemaOverrides:
     return overrides
 
 
-def infer_type(values: Sequence[str]) -> str:
-    """float | int | category for a column's sampled values."""
+def infer_type(values: Sequence[str], stored: Any = None) -> str:
+    """float | int | category for a column's sampled values (as text) and its stored Arrow type, if any."""
+    if stored is not None and _is_floating(stored):
+        return "float"
     parsed, bad, missing = parse_floats(values, first_bad=True)
     if bad:
         return "category"
@@ -96,6 +101,22 @@ def infer_type(values: Sequence[str]) -> str:
     if integral and all(_INT.match(value) for value in values):
         return "int"
     return "float"
+
+
+def _is_floating(stored: Any) -> bool:
+    import pyarrow as pa
+    return bool(pa.types.is_floating(stored) or pa.types.is_decimal(stored))
+
+
+def check_scalar(name: str, stored: Any, where: str) -> None:
+    """Refuse a column whose stored values are not numbers, booleans or strings."""
+    import pyarrow as pa
+    if stored is None or pa.types.is_integer(stored) or pa.types.is_floating(stored) or \
+            pa.types.is_boolean(stored) or pa.types.is_string(stored) or pa.types.is_large_string(stored) or \
+            pa.types.is_null(stored) or pa.types.is_decimal(stored):
+        return
+    raise UsageError(f"{where}: column {name!r} holds {stored} values; only numbers, booleans and strings can "
+                     "be stored — leave it out with --columns", path=where)
 
 
 def needs_float64(values: Sequence[str]) -> bool:
@@ -136,5 +157,5 @@ def describe_columns(columns: Sequence[Column]) -> Dict[str, Any]:
     return counts
 
 
-__all__ = ["MAX_CATEGORIES", "SAMPLE_ROWS", "SchemaOverrides", "describe_columns",
+__all__ = ["MAX_CATEGORIES", "SAMPLE_ROWS", "SchemaOverrides", "check_scalar", "describe_columns",
            "infer_label_kind", "infer_type", "load_schema_file", "needs_float64", "too_many_categories"]

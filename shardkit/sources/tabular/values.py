@@ -1,0 +1,100 @@
+"""Arrow arrays -> the values the tabular codec encodes, at Arrow's speed where the values are clean.
+
+A numeric column is cast by Arrow in one call; when that fails (a missing value, a word, spaces
+around a number) the column goes the exact way instead: its distinct values, found by Arrow's
+dictionary encoding, are read as Python's float() reads them, which also names the bad ones.
+Category and class-label columns always go by their distinct values, so a vocabulary costs one
+Python step per distinct value and block, not per row. Values stored with a type (Parquet,
+Arrow, JSON numbers) are taken as they are, nulls being missing values.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import numpy as np
+
+from ...codecs.tabular import Distinct, Parsed
+
+NUL_REASON = "contains a NUL byte (binary data in a text file)"
+UTF8_REASON = "not valid UTF-8 text"
+
+
+def is_string(array: Any) -> bool:
+    """Whether an Arrow array holds strings."""
+    import pyarrow as pa
+    return pa.types.is_string(array.type) or pa.types.is_large_string(array.type)
+
+
+def distinct(array: Any) -> Distinct:
+    """The distinct values of a string array and the index of each row's value among them."""
+    import pyarrow.compute as pc
+    encoded = pc.dictionary_encode(array)
+    indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return Distinct(encoded.dictionary.to_pylist(), indices)
+
+
+def numbers(array: Any) -> Any:
+    """float64 values (Parsed) of a numeric or clean numeric-text array; Distinct values otherwise."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if is_string(array):
+        try:
+            cast = pc.cast(array, pa.float64())
+        except pa.ArrowInvalid:
+            return distinct(array)
+        return Parsed(cast.to_numpy(zero_copy_only=False), np.zeros(len(array), dtype=bool))
+    if pa.types.is_boolean(array.type):
+        array = pc.cast(array, pa.int8())
+    missing = array.is_null().to_numpy(zero_copy_only=False)
+    values = pc.cast(array, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+    return Parsed(np.where(missing, np.nan, values), missing)
+
+
+def category_values(array: Any) -> Any:
+    """Distinct values of a category or class-label column (numbers stored with a type as their text)."""
+    return distinct(array if is_string(array) else as_text(array))
+
+
+def as_text(array: Any) -> Any:
+    """A typed array as strings, nulls as empty strings (missing); booleans as 0 and 1."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if is_string(array):
+        return array
+    if pa.types.is_boolean(array.type):
+        array = pc.cast(array, pa.int8())
+    return pc.fill_null(pc.cast(array, pa.string()), "")
+
+
+def strings(array: Any) -> List[str]:
+    """Every value as a Python string (text columns, type inference); invalid UTF-8 as surrogates."""
+    import pyarrow as pa
+    text = as_text(array)
+    try:
+        text.validate(full=True)
+    except pa.ArrowInvalid:
+        return [value.decode("utf-8", "surrogateescape") for value in text.cast(pa.binary()).to_pylist()]
+    return text.to_pylist()
+
+
+def dirty_rows(arrays: List[Any]) -> Dict[int, str]:
+    """Rows of text files holding a NUL byte or invalid UTF-8 in one of the given columns, with why."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    reasons: Dict[int, str] = {}
+    for array in arrays:
+        if pc.any(pc.match_substring(array, "\x00")).as_py():
+            for index in np.flatnonzero(pc.match_substring(array, "\x00").to_numpy(zero_copy_only=False)).tolist():
+                reasons.setdefault(index, NUL_REASON)
+        try:
+            array.validate(full=True)
+        except pa.ArrowInvalid:
+            for index, value in enumerate(array.cast(pa.binary()).to_pylist()):
+                try:
+                    value.decode("utf-8")
+                except UnicodeDecodeError:
+                    reasons.setdefault(index, UTF8_REASON)
+    return reasons
+
+
+__all__ = ["as_text", "category_values", "dirty_rows", "distinct", "is_string", "numbers", "strings"]
