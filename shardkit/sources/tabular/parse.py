@@ -17,7 +17,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ...codecs.tabular import Column, LabelSpec, OpenCodes, TabularCodec
+from ...codecs.tabular import Column, LabelSpec, OpenCodes, Parsed, TabularCodec
 from .files import TableFile
 from .readers import LineTracker, read_blocks
 from .spill import Spill, remove_spills
@@ -93,22 +93,20 @@ def block_rows(codec: TabularCodec, item: TableFile, arrays: List[Any], start: i
     records of one block: its rows, and the invalid records among them; `start` is the file's record
     number of the block's first record."""
     size = len(arrays[0]) if arrays else 0
-    reasons = dirty_rows(arrays) if item.kind == "text" else {}
+    values = _prepare(codec, arrays)
+    reasons: Dict[int, str] = {}
+    if item.kind == "text":                    # numbers Arrow could cast hold neither NUL nor bad UTF-8
+        reasons = dirty_rows([array for array, value in zip(arrays, values) if not isinstance(value, Parsed)])
     kept = None
     if reasons:
         mask = np.ones(size, dtype=bool)
         mask[np.fromiter(reasons, dtype=np.int64)] = False
         kept = np.flatnonzero(mask)
         arrays = [array.filter(mask) for array in arrays]
+        values = _prepare(codec, arrays)
     count = size - len(reasons)
     features = len(codec.features)
-    columns: List[Any] = [numbers(array) if column.type in ("float", "int") else
-                          category_values(array) if column.type == "category" else None
-                          for column, array in zip(codec.features, arrays)]
-    label = codec.label
-    labels_in = None if label is None else \
-        (category_values(arrays[-1]) if label.kind == "class" else numbers(arrays[-1]))
-    matrix, labels, bad = codec.vectors(columns, labels_in, count)
+    matrix, labels, bad = codec.vectors(values[:features], values[-1] if codec.label else None, count)
     tails = codec.text_tails([strings(array) for array in arrays[features:len(codec.columns)]], count) \
         if codec.texts else None
     if kept is not None:                       # back to the block's rows
@@ -138,6 +136,15 @@ def invalid_rows(records: _Records, start: int) -> Tuple[np.ndarray, Dict[int, T
     notes = {index: (line, _invalid_reason(*records.pending.popleft(), len(records.item.head.header)))
              for index, line in enumerate(lines)}
     return np.asarray(sorted(notes)), notes
+
+
+def _prepare(codec: TabularCodec, arrays: List[Any]) -> List[Any]:
+    """What the codec converts, per array (features, text columns, label): numbers or distinct values."""
+    kinds = [column.type for column in codec.columns]
+    if codec.label is not None:
+        kinds.append("int" if codec.label.kind == "int" else "category")
+    return [numbers(array) if kind in ("float", "int") else category_values(array) if kind == "category" else None
+            for kind, array in zip(kinds, arrays)]
 
 
 def _invalid_reason(fields: int, text: str, width: int) -> str:

@@ -11,7 +11,7 @@ from ..base import Skipped
 from .files import FileProblem, Head, TableFile, file_kind, locate, read_head, split_suffix
 from .readers import read_blocks, typed_head
 from .types import SAMPLE_ROWS, SchemaOverrides, infer_label_kind
-from .values import strings
+from .values import as_text, strings
 
 
 def read_heads(src: str, delimiter: Optional[str]) -> Tuple[List[TableFile], List[Skipped], int, str]:
@@ -114,25 +114,34 @@ def _listing(names: List[str]) -> str:
 
 
 def sample(files: List[TableFile], stored: List[str], label_name: Optional[str],
-           delimiter: str) -> Tuple[Dict[str, List[str]], List[str], int]:
-    """Values of the first SAMPLE_ROWS rows (with the header's number of fields), as strings,
-    per stored column, and the labels."""
-    columns: Dict[str, List[str]] = {name: [] for name in stored}
-    labels: List[str] = []
+           delimiter: str) -> Tuple[Dict[str, Any], List[str], int]:
+    """The first SAMPLE_ROWS rows (with the header's number of fields): an Arrow array per stored
+    column, and the labels as strings."""
+    import pyarrow as pa
+    pieces: List[List[Any]] = [[] for _ in range(len(stored) + (1 if label_name else 0))]
     taken = 0
     for item in files:
         fields = item.indices + ([item.label_index] if item.label_index is not None else [])
         for block in read_blocks(item, fields, delimiter):
             wanted = min(len(block), SAMPLE_ROWS - taken)
-            values = [strings(array.slice(0, wanted)) for array in block.arrays]
-            for name, column in zip(stored, values):
-                columns[name].extend(column)
-            if item.label_index is not None:
-                labels.extend(values[-1])
+            for found, array in zip(pieces, block.arrays):
+                found.append(array.slice(0, wanted))
             taken += wanted
             if taken >= SAMPLE_ROWS:
-                return columns, labels, taken
-    return columns, labels, taken
+                break
+        if taken >= SAMPLE_ROWS:
+            break
+    arrays = [pa.concat_arrays(_same_type(found)) if found else pa.array([], pa.string()) for found in pieces]
+    labels = strings(arrays[-1]) if label_name else []
+    return dict(zip(stored, arrays)), labels, taken
+
+
+def _same_type(arrays: List[Any]) -> List[Any]:
+    """Arrays of one column from several files, as strings where their types differ."""
+    if len({str(array.type) for array in arrays}) <= 1:
+        return arrays
+    import pyarrow as pa
+    return [as_text(array).cast(pa.string()) for array in arrays]
 
 
 def label_spec(name: str, overrides: SchemaOverrides, sample: List[str], first: TableFile) -> LabelSpec:

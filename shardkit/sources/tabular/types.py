@@ -17,8 +17,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ...codecs.tabular import COLUMN_TYPES, EXACT_INT, Column, is_missing, parse_floats
+from ...codecs.tabular import COLUMN_TYPES, EXACT_INT, Column, Parsed, is_missing, parse_floats
 from ...errors import SourceError, UsageError
+from .values import is_string, numbers, strings
 
 SAMPLE_ROWS = 10_000
 #: A string column (or label) with more distinct values than this is refused as a category.
@@ -86,10 +87,28 @@ def load_schema_file(path: Optional[str]) -> SchemaOverrides:
     return overrides
 
 
-def infer_type(values: Sequence[str], stored: Any = None) -> str:
-    """float | int | category for a column's sampled values (as text) and its stored Arrow type, if any."""
+def infer_type(sampled: Any, stored: Any = None) -> str:
+    """float | int | category for a column's sampled values (an Arrow array) and its stored type, if any."""
     if stored is not None and _is_floating(stored):
         return "float"
+    values = numbers(sampled)
+    if not isinstance(values, Parsed):
+        return _infer_from_text(strings(sampled))
+    parsed, missing = values.values, values.missing
+    if missing.any() or not len(parsed):
+        return "float"
+    with np.errstate(invalid="ignore"):
+        integral = bool(np.all(parsed == np.trunc(parsed))) and float(np.abs(parsed).max()) <= EXACT_INT["float64"]
+    if not integral:
+        return "float"
+    if is_string(sampled):
+        import pyarrow.compute as pc
+        return "int" if pc.all(pc.match_substring_regex(sampled, _INT.pattern)).as_py() else "float"
+    return "int"
+
+
+def _infer_from_text(values: Sequence[str]) -> str:
+    """infer_type for field strings, as Python's float() reads them."""
     parsed, bad, missing = parse_floats(values, first_bad=True)
     if bad:
         return "category"
@@ -119,9 +138,10 @@ def check_scalar(name: str, stored: Any, where: str) -> None:
                      "be stored — leave it out with --columns", path=where)
 
 
-def needs_float64(values: Sequence[str]) -> bool:
+def needs_float64(sampled: Any) -> bool:
     """Whether an int column's sampled values go beyond what float32 holds exactly."""
-    parsed, _, _ = parse_floats(values)
+    values = numbers(sampled)
+    parsed = values.values if isinstance(values, Parsed) else parse_floats(strings(sampled))[0]
     return bool(len(parsed)) and float(abs(parsed).max()) > EXACT_INT["float32"]
 
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from ...codecs.tabular import Distinct, Parsed
+from ...codecs.tabular import MISSING_VALUES, Distinct, Parsed
 
 NUL_REASON = "contains a NUL byte (binary data in a text file)"
 UTF8_REASON = "not valid UTF-8 text"
@@ -30,7 +30,7 @@ def distinct(array: Any) -> Distinct:
     import pyarrow.compute as pc
     encoded = pc.dictionary_encode(array)
     indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    return Distinct(encoded.dictionary.to_pylist(), indices)
+    return Distinct(strings(encoded.dictionary), indices)
 
 
 def numbers(array: Any) -> Any:
@@ -40,14 +40,26 @@ def numbers(array: Any) -> Any:
     if is_string(array):
         try:
             cast = pc.cast(array, pa.float64())
+            return Parsed(cast.to_numpy(zero_copy_only=False), np.zeros(len(array), dtype=bool))
+        except pa.ArrowInvalid:
+            pass
+        missing = pc.is_in(array, value_set=_missing_spellings())
+        try:
+            cast = pc.cast(pc.if_else(missing, None, array), pa.float64())
         except pa.ArrowInvalid:
             return distinct(array)
-        return Parsed(cast.to_numpy(zero_copy_only=False), np.zeros(len(array), dtype=bool))
+        return Parsed(pc.fill_null(cast, float("nan")).to_numpy(zero_copy_only=False),
+                      missing.to_numpy(zero_copy_only=False))
     if pa.types.is_boolean(array.type):
         array = pc.cast(array, pa.int8())
     missing = array.is_null().to_numpy(zero_copy_only=False)
     values = pc.cast(array, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
     return Parsed(np.where(missing, np.nan, values), missing)
+
+
+def _missing_spellings() -> Any:
+    import pyarrow as pa
+    return pa.array(sorted(MISSING_VALUES), pa.string())
 
 
 def category_values(array: Any) -> Any:
@@ -83,8 +95,9 @@ def dirty_rows(arrays: List[Any]) -> Dict[int, str]:
     import pyarrow.compute as pc
     reasons: Dict[int, str] = {}
     for array in arrays:
-        if pc.any(pc.match_substring(array, "\x00")).as_py():
-            for index in np.flatnonzero(pc.match_substring(array, "\x00").to_numpy(zero_copy_only=False)).tolist():
+        nul = pc.match_substring(array, "\x00")
+        if nul.true_count:
+            for index in np.flatnonzero(nul.to_numpy(zero_copy_only=False)).tolist():
                 reasons.setdefault(index, NUL_REASON)
         try:
             array.validate(full=True)
