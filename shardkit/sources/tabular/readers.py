@@ -51,11 +51,17 @@ def read_blocks(item: TableFile, fields: List[int], delimiter: str) -> Iterator[
             yield from _text_blocks(item, fields, delimiter)
         else:
             for batch in _typed_batches(item, [item.head.header[index] for index in fields]):
-                yield Block([batch.column(position) for position in range(len(fields))])
+                yield Block([_plain(batch.column(position)) for position in range(len(fields))])
     except SourceError:
         raise
     except errors as exc:
         raise SourceError(f"{item.name}: read failed ({exc})", path=item.path) from None
+
+
+def _plain(array: Any) -> Any:
+    """A dictionary-encoded array as its values."""
+    import pyarrow as pa
+    return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array
 
 
 def _skip_to(handle: Any, offset: int, path: str) -> None:
@@ -123,11 +129,22 @@ def open_typed(kind: str, handle: Any, path: str) -> Any:
     if kind == "json":
         import pyarrow.json as pjson
         return pjson.open_json(handle, read_options=pjson.ReadOptions(use_threads=False, block_size=BLOCK_BYTES))
-    data = handle.read()
     try:
-        return pa.ipc.open_file(pa.BufferReader(data))
+        return _FileBatches(pa.ipc.open_file(pa.memory_map(path)))
     except pa.ArrowInvalid:
-        return pa.ipc.open_stream(pa.BufferReader(data))
+        return pa.ipc.open_stream(handle)
+
+
+class _FileBatches:
+    """The record batches of an Arrow IPC file, in order, like a stream reader gives them."""
+
+    def __init__(self, reader: Any) -> None:
+        self.reader = reader
+        self.schema = reader.schema
+
+    def __iter__(self) -> Iterator[Any]:
+        for index in range(self.reader.num_record_batches):
+            yield self.reader.get_batch(index)
 
 
 def typed_head(path: str, kind: str) -> Tuple[Head, List[Any]]:

@@ -28,7 +28,7 @@ def is_string(array: Any) -> bool:
 def distinct(array: Any) -> Distinct:
     """The distinct values of a string array and the index of each row's value among them."""
     import pyarrow.compute as pc
-    encoded = pc.dictionary_encode(array)
+    encoded = pc.dictionary_encode(as_text(array))
     indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     return Distinct(strings(encoded.dictionary), indices)
 
@@ -38,6 +38,7 @@ def numbers(array: Any) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
     if is_string(array):
+        array = as_text(array)
         try:
             cast = pc.cast(array, pa.float64())
             return Parsed(cast.to_numpy(zero_copy_only=False), np.zeros(len(array), dtype=bool))
@@ -64,7 +65,7 @@ def _missing_spellings() -> Any:
 
 def category_values(array: Any) -> Any:
     """Distinct values of a category or class-label column (numbers stored with a type as their text)."""
-    return distinct(array if is_string(array) else as_text(array))
+    return distinct(array)
 
 
 def as_text(array: Any) -> Any:
@@ -72,7 +73,7 @@ def as_text(array: Any) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
     if is_string(array):
-        return array
+        return pc.fill_null(array, "") if array.null_count else array
     if pa.types.is_boolean(array.type):
         array = pc.cast(array, pa.int8())
     return pc.fill_null(pc.cast(array, pa.string()), "")
