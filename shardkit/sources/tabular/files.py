@@ -125,6 +125,7 @@ class TableFile:
     rows: int = 0
     first_row: int = 0
     types: Any = None         # the Arrow type of each field (binary kinds), None for text files
+    decimal: Optional[str] = None   # --decimal: the decimal mark of numbers in text files, when not "."
 
 
 class FileProblem(Exception):
@@ -207,6 +208,17 @@ def sniff_delimiter(text: str) -> str:
     return best
 
 
+def normalize_decimal(value: Optional[str], delimiter: Optional[str]) -> Optional[str]:
+    """--decimal as given: "." (the default, None) or ","; it cannot be the delimiter."""
+    if value in (None, "."):
+        return None
+    if value != ",":
+        raise UsageError(f"--decimal must be '.' or ',', not {value!r}")
+    if delimiter == ",":
+        raise UsageError("--decimal , needs another delimiter than ',' (e.g. --delimiter ';')")
+    return value
+
+
 def normalize_delimiter(value: Optional[str]) -> Optional[str]:
     """--delimiter as given: one character; 'tab' and '\\t' mean TAB."""
     if value is None:
@@ -219,4 +231,4 @@ def normalize_delimiter(value: Optional[str]) -> Optional[str]:
 
 
 __all__ = ["FileProblem", "Head", "TableFile", "file_kind", "holds_table_tree", "is_table_path", "locate",
-           "normalize_delimiter", "open_stream", "read_head", "read_some", "sniff_delimiter"]
+           "normalize_decimal", "normalize_delimiter", "open_stream", "read_head", "read_some", "sniff_delimiter"]

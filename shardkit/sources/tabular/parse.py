@@ -93,7 +93,7 @@ def block_rows(codec: TabularCodec, item: TableFile, arrays: List[Any], start: i
     records of one block: its rows, and the invalid records among them; `start` is the file's record
     number of the block's first record."""
     size = len(arrays[0]) if arrays else 0
-    values = _prepare(codec, arrays)
+    values = _prepare(codec, arrays, item.decimal)
     reasons: Dict[int, str] = {}
     if item.kind == "text":                    # numbers Arrow could cast hold neither NUL nor bad UTF-8
         reasons = dirty_rows([array for array, value in zip(arrays, values) if not isinstance(value, Parsed)])
@@ -103,7 +103,7 @@ def block_rows(codec: TabularCodec, item: TableFile, arrays: List[Any], start: i
         mask[np.fromiter(reasons, dtype=np.int64)] = False
         kept = np.flatnonzero(mask)
         arrays = [array.filter(mask) for array in arrays]
-        values = _prepare(codec, arrays)
+        values = _prepare(codec, arrays, item.decimal)
     count = size - len(reasons)
     features = len(codec.features)
     matrix, labels, bad = codec.vectors(values[:features], values[-1] if codec.label else None, count)
@@ -138,12 +138,13 @@ def invalid_rows(records: _Records, start: int) -> Tuple[np.ndarray, Dict[int, T
     return np.asarray(sorted(notes)), notes
 
 
-def _prepare(codec: TabularCodec, arrays: List[Any]) -> List[Any]:
+def _prepare(codec: TabularCodec, arrays: List[Any], decimal: Optional[str]) -> List[Any]:
     """What the codec converts, per array (features, text columns, label): numbers or distinct values."""
     kinds = [column.type for column in codec.columns]
     if codec.label is not None:
         kinds.append("int" if codec.label.kind == "int" else "category")
-    return [numbers(array) if kind in ("float", "int") else category_values(array) if kind == "category" else None
+    return [numbers(array, decimal) if kind in ("float", "int") else
+            category_values(array) if kind == "category" else None
             for kind, array in zip(kinds, arrays)]
 
 

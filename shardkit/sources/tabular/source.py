@@ -19,10 +19,10 @@ import numpy as np
 from ...codecs.tabular import Column, EncodedBatch, TabularCodec
 from ...errors import EmptySourceError, UsageError
 from ..base import Converted, ConvertedRun, Outcome, Skipped, Source
-from .files import TableFile, normalize_delimiter
+from .files import TableFile, normalize_decimal, normalize_delimiter
 from .parse import ParsedTable, parse_files
 from .scan import label_spec, read_heads, sample, select
-from .types import check_scalar, describe_columns, infer_type, load_schema_file, needs_float64
+from .types import check_scalar, describe_columns, infer_type, load_schema_file, mostly_numbers, needs_float64
 
 #: Rows read back from the spill at a time.
 SPILL_BLOCK = 1 << 16
@@ -71,7 +71,12 @@ class TabularSource(Source):
             raise UsageError(f"{src}: name the target column of the CSV rows with --label-column COLUMN, "
                              "or pass --no-labels")
         overrides = load_schema_file(getattr(options, "schema_file", None))
-        files, skipped, found, delimiter = read_heads(src, normalize_delimiter(getattr(options, "delimiter", None)))
+        given = normalize_delimiter(getattr(options, "delimiter", None))
+        files, skipped, found, delimiter = read_heads(src, given)
+        decimal = normalize_decimal(getattr(options, "decimal", None), delimiter if any(
+            item.kind == "text" for item in files) else None)
+        for item in files:
+            item.decimal = decimal if item.kind == "text" else None
         stored, text_columns = select(files, options, label_name, overrides)
         for item in files:
             for name, stored_type in zip(item.head.header, item.types or ()):
@@ -82,8 +87,12 @@ class TabularSource(Source):
         arrow_types = dict(zip(first.head.header, first.types or ()))
         columns = [overrides.columns[name] if name in overrides.columns else
                    Column(name, "text") if name in text_columns else
-                   Column(name, infer_type(sample_columns[name], arrow_types.get(name)))
+                   Column(name, infer_type(sample_columns[name], arrow_types.get(name), decimal))
                    for name in stored]
+        warnings = [warning for warning in (mostly_numbers(column.name, sample_columns[column.name], decimal,
+                                                           first.name if len(files) == 1 else src)
+                                            for column in columns if column.type == "category"
+                                            and column.name not in overrides.columns) if warning]
         dtype = overrides.dtype or ("float64" if any(
             column.type == "int" and column.name not in overrides.columns and needs_float64(sample_columns[column.name])
             for column in columns) else "float32")
@@ -108,6 +117,10 @@ class TabularSource(Source):
                    "files_without_rows": sum(1 for item in files if item.rows == 0), "rows": total,
                    "file_bytes": sum(item.size for item in files), "sample_rows": sampled,
                    "column_types": describe_columns(columns), "delimiter": delimiter}
+        if decimal is not None:
+            summary["decimal"] = decimal
+        if warnings:
+            summary["warnings"] = warnings
         return cls(files, codec, delimiter, summary, skipped, parsed)
 
     # ---- Source interface -------------------------------------------------------------
@@ -141,6 +154,8 @@ class TabularSource(Source):
                   "delimiter": self.delimiter,
                   "files": [[item.name, item.size, item.mtime_ns, item.indices, item.label_index]
                             for item in self.files]}
+        if "decimal" in self._summary:
+            record["decimal"] = self._summary["decimal"]
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
     def encode_range(self, start: int, stop: int) -> Iterator[Outcome]:

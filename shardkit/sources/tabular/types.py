@@ -87,11 +87,11 @@ def load_schema_file(path: Optional[str]) -> SchemaOverrides:
     return overrides
 
 
-def infer_type(sampled: Any, stored: Any = None) -> str:
+def infer_type(sampled: Any, stored: Any = None, decimal: Optional[str] = None) -> str:
     """float | int | category for a column's sampled values (an Arrow array) and its stored type, if any."""
     if stored is not None and _is_floating(stored):
         return "float"
-    values = numbers(sampled)
+    values = numbers(sampled, decimal)
     if not isinstance(values, Parsed):
         return _infer_from_text(strings(sampled))
     parsed, missing = values.values, values.missing
@@ -105,6 +105,28 @@ def infer_type(sampled: Any, stored: Any = None) -> str:
         import pyarrow.compute as pc
         return "int" if pc.all(pc.match_substring_regex(sampled, _INT.pattern)).as_py() else "float"
     return "int"
+
+
+def mostly_numbers(name: str, sampled: Any, decimal: Optional[str], where: str) -> Optional[str]:
+    """A warning when a category column holds numbers in most (>= 90%) of its sampled non-missing
+    values — a few stray values (a typo, a unit) made it a category — or would, read with a
+    decimal comma."""
+    for mark in [decimal] if decimal is not None else [None, ","]:
+        values = numbers(sampled, mark)
+        if isinstance(values, Parsed):
+            if mark is not None and not values.missing.all():
+                return f"{where}: column {name!r} became a category, but its values are numbers with a decimal " \
+                       "comma: pass --decimal , (with another --delimiter than ',')"
+            continue
+        _, bad, missing = parse_floats(values.uniques)
+        present = int((~missing[values.indices]).sum()) if len(values.uniques) else 0
+        stray = int(np.isin(values.indices, np.fromiter(bad, dtype=np.int64)).sum())
+        if present and stray <= present // 10:
+            examples = ", ".join(repr(values.uniques[index]) for index in sorted(bad)[:3])
+            hint = "pass --decimal , and " if mark is not None and decimal is None else ""
+            return (f"{where}: column {name!r} became a category because {stray} of {present} sampled values are "
+                    f"not numbers (e.g. {examples}); {hint}declare it float in --schema to skip those rows instead")
+    return None
 
 
 def _infer_from_text(values: Sequence[str]) -> str:
@@ -177,5 +199,5 @@ def describe_columns(columns: Sequence[Column]) -> Dict[str, Any]:
     return counts
 
 
-__all__ = ["MAX_CATEGORIES", "SAMPLE_ROWS", "SchemaOverrides", "check_scalar", "describe_columns",
+__all__ = ["MAX_CATEGORIES", "SAMPLE_ROWS", "SchemaOverrides", "check_scalar", "describe_columns", "mostly_numbers",
            "infer_label_kind", "infer_type", "load_schema_file", "needs_float64", "too_many_categories"]

@@ -9,7 +9,7 @@ Arrow, JSON numbers) are taken as they are, nulls being missing values.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -33,12 +33,15 @@ def distinct(array: Any) -> Distinct:
     return Distinct(strings(encoded.dictionary), indices)
 
 
-def numbers(array: Any) -> Any:
-    """float64 values (Parsed) of a numeric or clean numeric-text array; Distinct values otherwise."""
+def numbers(array: Any, decimal: Optional[str] = None) -> Any:
+    """float64 values (Parsed) of a numeric or clean numeric-text array; Distinct values otherwise.
+    decimal: the decimal mark of numbers written as text, when not "." (--decimal ,)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     if is_string(array):
         array = as_text(array)
+        if decimal is not None:
+            array = pc.replace_substring(array, decimal, ".")
         try:
             cast = pc.cast(array, pa.float64())
             return Parsed(cast.to_numpy(zero_copy_only=False), np.zeros(len(array), dtype=bool))
