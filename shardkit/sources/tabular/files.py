@@ -126,6 +126,7 @@ class TableFile:
     first_row: int = 0
     types: Any = None         # the Arrow type of each field (binary kinds), None for text files
     decimal: Optional[str] = None   # --decimal: the decimal mark of numbers in text files, when not "."
+    stop: Optional[int] = None      # a part of a split file: where it ends (it starts at head.data_offset)
 
 
 class FileProblem(Exception):

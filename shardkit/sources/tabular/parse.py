@@ -21,6 +21,7 @@ from ...codecs.tabular import Column, LabelSpec, OpenCodes, Parsed, TabularCodec
 from .files import TableFile
 from .readers import LineTracker, read_blocks
 from .spill import Spill, remove_spills
+from .split import split_file
 from .types import MAX_CATEGORIES, too_many_categories
 from .values import category_values, dirty_rows, numbers, strings
 
@@ -41,6 +42,7 @@ class ParsedTable:
     map (column name -> int64 array) from its ids to the final codes."""
 
     codec: TabularCodec
+    parts: List[TableFile]          # the files, large text files split in parts; rows and first_row set
     spills: List[Spill]
     ranks: List[Dict[str, np.ndarray]]
 
@@ -200,44 +202,53 @@ def parse_file(job: Tuple[TableFile, Sequence[Column], str, Optional[LabelSpec],
         raise
     finally:
         records.close()
-    advance(item.size, item.size)
+    advance(part_bytes(item), part_bytes(item))
     return ParsedFile(rows, spill, codec.open_codes())
 
 
 def parse_files(files: List[TableFile], codec: TabularCodec, delimiter: str, workers: int, quiet: bool,
                 where: str) -> ParsedTable:
-    """Parse every file (in `workers` processes when there are several files), set each file's
-    rows and first row, and merge the vocabularies. `where` names SRC in errors."""
+    """Parse every file — large text files split in parts — in `workers` processes when there are
+    several parts, set each file's rows and first row, and merge the vocabularies. `where` names SRC in errors."""
     from ...interrupt import SigintLatch
     from ...progress import Progress
     from ...workers import run_in_workers
     owner, tag, directory = os.getpid(), secrets.token_hex(4), tempfile.gettempdir()   # workers use ours
     label = codec.label
-    jobs = [(item, codec.columns, codec.dtype, label, delimiter, owner, tag, directory) for item in files]
-    parsed: List[Optional[ParsedFile]] = [None] * len(files)
+    parts = [part for item in files for part in split_file(item, workers)]
+    jobs = [(part, codec.columns, codec.dtype, label, delimiter, owner, tag, directory) for part in parts]
+    parsed: List[Optional[ParsedFile]] = [None] * len(parts)
     try:
         with Progress(sum(item.size for item in files), "scan table", quiet=quiet, unit="B") as bar:
-            if workers > 1 and len(files) > 1:
+            if workers > 1 and len(parts) > 1:
                 def done(index: int, result: ParsedFile) -> None:
                     parsed[index] = result
-                    bar.advance(files[index].size, files[index].size)
+                    bar.advance(part_bytes(parts[index]), part_bytes(parts[index]))
                 with SigintLatch() as latch, latch.deferred():
-                    run_in_workers(parse_file, jobs, min(workers, len(files)), on_done=done, poll=latch.check)
+                    run_in_workers(parse_file, jobs, min(workers, len(parts)), on_done=done, poll=latch.check)
             else:
-                for index, item in enumerate(files):
+                for index in range(len(parts)):
                     parsed[index] = parse_file(jobs[index], advance=bar.advance)
         results = [result for result in parsed if result is not None]
         first_row = 0
-        for item, result in zip(files, results):
-            item.rows, item.first_row = result.rows, first_row
+        for part, result in zip(parts, results):
+            part.rows, part.first_row = result.rows, first_row
             first_row += result.rows
-        return _merge(codec, results, where)
+        for item in files:
+            mine = [part for part in parts if part.path == item.path]
+            item.rows, item.first_row = sum(part.rows for part in mine), mine[0].first_row
+        return _merge(codec, parts, results, where)
     except BaseException:
         remove_spills(owner, tag, directory)      # also those of files whose worker was stopped
         raise
 
 
-def _merge(codec: TabularCodec, results: List[ParsedFile], where: str) -> ParsedTable:
+def part_bytes(part: TableFile) -> int:
+    """Bytes of a file, or of the byte range of one part of a split file."""
+    return part.stop - part.head.data_offset if part.stop is not None else part.size
+
+
+def _merge(codec: TabularCodec, parts: List[TableFile], results: List[ParsedFile], where: str) -> ParsedTable:
     """Sorted vocabularies over all files, and each file's map from its ids to their codes."""
     opened = list(results[0].codes) if results else []          # the same columns in every file
     vocabularies: Dict[str, List[str]] = {}
@@ -252,7 +263,7 @@ def _merge(codec: TabularCodec, results: List[ParsedFile], where: str) -> Parsed
     label = codec.label
     if label is not None and label.name in vocabularies:
         label = LabelSpec(label.name, "class", tuple(vocabularies[label.name]))
-    return ParsedTable(TabularCodec(columns, codec.dtype, label), [result.spill for result in results], ranks)
+    return ParsedTable(TabularCodec(columns, codec.dtype, label), parts, [result.spill for result in results], ranks)
 
 
 __all__ = ["ParsedFile", "ParsedTable", "block_rows", "parse_file", "parse_files"]

@@ -19,6 +19,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 from ...errors import SourceError
 from .files import Head, TableFile, open_stream, read_some
+from .split import open_range
 
 #: Bytes of text Arrow parses at a time (a record must fit in one block).
 BLOCK_BYTES = 1 << 20
@@ -64,6 +65,16 @@ def _plain(array: Any) -> Any:
     return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array
 
 
+def open_rows(item: TableFile) -> Any:
+    """The (decompressed) bytes of a text file's data rows: from just after its header, or the byte
+    range of one part of a split file."""
+    if item.stop is not None:
+        return open_range(item.path, item.head.data_offset, item.stop)
+    handle = open_stream(item.path)
+    _skip_to(handle, item.head.data_offset, item.name)
+    return handle
+
+
 def _skip_to(handle: Any, offset: int, path: str) -> None:
     """Move a (possibly compressed) stream to `offset`."""
     while offset > 0:
@@ -83,8 +94,7 @@ def _text_blocks(item: TableFile, fields: List[int], delimiter: str) -> Iterator
     def on_invalid(row: Any) -> str:
         invalid.append((row.actual_columns, row.text))
         return "skip"
-    with open_stream(item.path) as handle:
-        _skip_to(handle, head.data_offset, item.name)
+    with open_rows(item) as handle:
         try:
             reader = _open_csv(handle, names, wanted, delimiter, on_invalid)
         except pa.ArrowInvalid as exc:
@@ -168,8 +178,7 @@ class LineTracker:
     left out)."""
 
     def __init__(self, item: TableFile, delimiter: str) -> None:
-        self._handle = open_stream(item.path)
-        _skip_to(self._handle, item.head.data_offset, item.name)
+        self._handle = open_rows(item)
         text = io.TextIOWrapper(self._handle, encoding="utf-8", errors="surrogateescape", newline="")  # type: ignore
         self._reader = csv.reader(text, delimiter=delimiter, strict=False)
         self._base = item.head.data_line

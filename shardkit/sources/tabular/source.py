@@ -42,7 +42,10 @@ class TabularSource(Source):
         label = codec.label
         self.classes = list(label.classes) if label is not None and label.kind == "class" else []
         self.total_rows = sum(item.rows for item in files)
-        self._first_rows = [item.first_row for item in files]
+        self.parts = parsed.parts
+        self._first_rows = [part.first_row for part in self.parts]
+        per_row = {item.path: item.size // max(1, item.rows) for item in files}
+        self._per_row = [per_row[part.path] for part in self.parts]
         self._summary = summary
         self._skipped = skipped
         self._spills = parsed.spills
@@ -162,15 +165,15 @@ class TabularSource(Source):
         position = start
         while position < stop:
             index = bisect.bisect_right(self._first_rows, position) - 1
-            item = self.files[index]
+            item = self.parts[index]
             end = min(stop, item.first_row + item.rows)
             yield from self._encode_spilled(index, position - item.first_row, end - item.first_row)
             position = end
 
     def _encode_spilled(self, index: int, start: int, stop: int) -> Iterator[Outcome]:
-        """Rows [start, stop) of file `index`, from the rows the scan parsed, in blocks of SPILL_BLOCK rows."""
-        item, spill, label_ranks = self.files[index], self._spills[index], self._label_ranks[index]
-        per_row = item.size // max(1, item.rows)
+        """Rows [start, stop) of part `index`, from the rows the scan parsed, in blocks of SPILL_BLOCK rows."""
+        item, spill, label_ranks = self.parts[index], self._spills[index], self._label_ranks[index]
+        per_row = self._per_row[index]
         for begin in range(start, stop, SPILL_BLOCK):
             rows = spill.read(begin, min(stop, begin + SPILL_BLOCK))
             vectors = rows.vectors
