@@ -17,7 +17,7 @@ import numpy as np
 from .files import TableFile, split_suffix
 
 #: Files smaller than this are parsed whole; parts are at least this large.
-MIN_PART_BYTES = 16 << 20
+MIN_PART_BYTES = 8 << 20
 _READ = 1 << 20
 
 

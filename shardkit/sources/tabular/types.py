@@ -93,7 +93,7 @@ def infer_type(sampled: Any, stored: Any = None, decimal: Optional[str] = None) 
         return "float"
     values = numbers(sampled, decimal)
     if not isinstance(values, Parsed):
-        return _infer_from_text(strings(sampled))
+        return _infer_from_text(values.uniques)         # the same answer as for every value
     parsed, missing = values.values, values.missing
     if missing.any() or not len(parsed):
         return "float"

@@ -42,6 +42,8 @@ def numbers(array: Any, decimal: Optional[str] = None) -> Any:
         array = as_text(array)
         if decimal is not None:
             array = pc.replace_substring(array, decimal, ".")
+        if not _starts_with_numbers(array):          # a failed cast costs more than a look at a few values
+            return distinct(array)
         try:
             cast = pc.cast(array, pa.float64())
             return Parsed(cast.to_numpy(zero_copy_only=False), np.zeros(len(array), dtype=bool))
@@ -59,6 +61,15 @@ def numbers(array: Any, decimal: Optional[str] = None) -> Any:
     missing = array.is_null().to_numpy(zero_copy_only=False)
     values = pc.cast(array, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
     return Parsed(np.where(missing, np.nan, values), missing)
+
+
+def _starts_with_numbers(array: Any, count: int = 8) -> bool:
+    """Whether the first few present values of a string array read as numbers."""
+    try:
+        [float(value) for value in strings(array.slice(0, count)) if value.strip() not in MISSING_VALUES]
+    except ValueError:
+        return False
+    return True
 
 
 def _missing_spellings() -> Any:
