@@ -145,3 +145,20 @@ def test_a_folder_of_parquet_files_converts_the_same_with_workers(tmp_path: Path
         hashes.append([entry["sha256"] for entry in json.loads((dst / "manifest.json").read_text())["shards"]])
     assert hashes[0] == hashes[1] and len(hashes[0]) == 5
     assert shardkit.open_dataset(str(tmp_path / "w2")).vocabularies["c"] == ["u", "v", "w0", "w1", "w2"]
+
+
+def test_row_groups_of_one_parquet_file_are_parsed_by_workers_alike(tmp_path: Path) -> None:
+    labels = [index % 3 for index in range(100)]
+    labels[57] = None                                           # a bad row: its "line" is its row number
+    table = pa.table({"x": np.arange(100) / 7, "c": [f"v{index % 11}" for index in range(100)], "label": labels})
+    pq.write_table(table, tmp_path / "one.parquet", row_group_size=16)
+    results = []
+    for workers in (1, 3):
+        dst = tmp_path / f"w{workers}"
+        shardkit.convert(str(tmp_path / "one.parquet"), str(dst), label_column="label", samples_per_shard=30,
+                         workers=workers, quiet=True)
+        manifest = json.loads((dst / "manifest.json").read_text())
+        results.append(([entry["sha256"] for entry in manifest["shards"]], (dst / "skipped.jsonl").read_text()))
+    assert results[0] == results[1]
+    assert json.loads(results[1][1]) == {"path": str(tmp_path / "one.parquet"), "line": 58,
+                                         "reason": "column 'label': missing label"}

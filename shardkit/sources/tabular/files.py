@@ -126,7 +126,8 @@ class TableFile:
     first_row: int = 0
     types: Any = None         # the Arrow type of each field (binary kinds), None for text files
     decimal: Optional[str] = None   # --decimal: the decimal mark of numbers in text files, when not "."
-    stop: Optional[int] = None      # a part of a split file: where it ends (it starts at head.data_offset)
+    stop: Optional[int] = None      # a part of a split text file: where it ends (it starts at head.data_offset)
+    groups: Optional[Tuple[int, int]] = None    # a part of a Parquet file: its row groups [first, last)
 
 
 class FileProblem(Exception):

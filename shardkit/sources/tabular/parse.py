@@ -245,6 +245,8 @@ def parse_files(files: List[TableFile], codec: TabularCodec, delimiter: str, wor
 
 def part_bytes(part: TableFile) -> int:
     """Bytes of a file, or of the byte range of one part of a split file."""
+    if part.groups is not None:                # the row groups of a Parquet file: counted with the first
+        return part.size if part.groups[0] == 0 else 0
     return part.stop - part.head.data_offset if part.stop is not None else part.size
 
 

@@ -125,7 +125,8 @@ def _typed_batches(item: TableFile, names: List[str]) -> Iterator[Any]:
     if item.kind == "parquet":
         import pyarrow.parquet as pq
         with pq.ParquetFile(item.path) as parquet:
-            for group in range(parquet.num_row_groups):
+            first, last = item.groups or (0, parquet.num_row_groups)
+            for group in range(first, last):
                 yield from parquet.read_row_group(group, columns=names, use_threads=False).to_batches()
         return
     with open_stream(item.path) as handle:

@@ -1,6 +1,7 @@
-"""Splitting one large delimited text file into byte ranges that worker processes parse at once.
+"""Splitting one large file into parts that worker processes parse at once.
 
-A range starts right after a newline that ends a record: one preceded by an even number of
+A Parquet file is split into runs of whole row groups. A delimited text file is split into
+byte ranges: a range starts right after a newline that ends a record: one preceded by an even number of
 quote characters since the data began (RFC 4180 quoting keeps quotes paired, doubled ones
 included), so a quoted newline never splits a record. The parts are found by counting quotes
 and newlines in one pass over the file (at memchr speed); each part knows the line it starts
@@ -23,6 +24,8 @@ _READ = 1 << 20
 
 def split_file(item: TableFile, parts: int) -> List[TableFile]:
     """The file as up to `parts` consecutive parts (itself when it is small, compressed or not text)."""
+    if item.kind == "parquet" and parts > 1:
+        return _row_group_parts(item, parts)
     start = item.head.data_offset
     if parts < 2 or item.kind != "text" or split_suffix(item.path)[1] is not None or \
             item.size - start < 2 * MIN_PART_BYTES:
@@ -38,6 +41,21 @@ def split_file(item: TableFile, parts: int) -> List[TableFile]:
         head = dataclasses.replace(item.head, data_offset=offset, data_line=line)
         found.append(dataclasses.replace(item, head=head, stop=cut if cut < item.size else None))
         line, offset = item.head.data_line + lines, cut
+    return found
+
+
+def _row_group_parts(item: TableFile, parts: int) -> List[TableFile]:
+    """Consecutive runs of the file's row groups, about `parts` of them, each knowing its first row."""
+    import pyarrow.parquet as pq
+    with pq.ParquetFile(item.path) as parquet:
+        sizes = [parquet.metadata.row_group(group).num_rows for group in range(parquet.num_row_groups)]
+    if len(sizes) < 2:
+        return [item]
+    step = -(-len(sizes) // min(parts, len(sizes)))
+    found = []
+    for first in range(0, len(sizes), step):
+        head = dataclasses.replace(item.head, data_line=item.head.data_line + sum(sizes[:first]))
+        found.append(dataclasses.replace(item, head=head, groups=(first, min(first + step, len(sizes)))))
     return found
 
 
