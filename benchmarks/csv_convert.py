@@ -1,29 +1,35 @@
-"""CSV conversion speed against baselines measured in the same run.
+"""Table conversion speed against Apache Arrow's own readers, measured in the same run.
 
-Generates a numeric-heavy and a string-heavy CSV, then times, for each, several interleaved runs of:
-  csv module  — Python's csv.reader + float() / dict codes + numpy arrays, all in memory;
-  loadtxt     — numpy.loadtxt (numpy's C parser) into memory (dtype=str for the string file);
-  shardkit    — shardkit.convert (scan + parse + encode + write shards + fsync + sha256), one process.
-Then the string-heavy rows split into a tree of --tree-files files, converted with --workers 1 and
-with --tree-workers (the scan parses files in worker processes), against the csv module on the
-single file. Prints medians: rows/s, MB/s of CSV, and shardkit's time relative to each.
+Generates a numeric-heavy and a string-heavy CSV (and the same tables as Parquet), then times,
+interleaved, for each:
+  pyarrow.csv 1 thread    — pyarrow.csv.read_csv(use_threads=False): parse and infer types, in memory;
+  pyarrow.csv all threads — the same on every core;
+  shardkit                — shardkit.convert (scan + parse + encode + spill + write shards + fsync +
+                            sha256), --workers 1;
+  shardkit --workers 2    — the same file split into byte ranges parsed by 2 processes;
+  pyarrow.parquet 1 thread / shardkit (parquet) — for the Parquet files.
+Prints medians: rows/s, MB/s of the input, and each method's time relative to shardkit's. With
+--memory, also the peak RSS of a child process converting the string-heavy CSV.
 
-    python benchmarks/csv_convert.py [--rows 200000] [--repeat 3] [--format hdf5] [--workdir DIR]
-                                     [--tree-files 4] [--tree-workers 2]
+    python benchmarks/csv_convert.py [--rows 200000] [--repeat 3] [--format hdf5] [--workdir DIR] [--memory]
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from typing import Callable, Dict, List
 
 import numpy as np
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -64,47 +70,14 @@ def make_strings(path: str, rows: int, seed: int = 1) -> None:
                                 + [WORDS[labels[row]]])
 
 
-def csv_module_numeric(path: str) -> int:
-    with open(path, newline="") as handle:
-        reader = csv.reader(handle)
-        next(reader)
-        rows = [[float(value) for value in row] for row in reader]
-    data = np.asarray(rows, dtype=np.float32)
-    features, labels = data[:, :-1], data[:, -1].astype(np.int64)
-    return len(features) + 0 * len(labels)
+def arrow_csv(threads: bool) -> Callable[[str], int]:
+    def run(path: str) -> int:
+        return pcsv.read_csv(path, read_options=pcsv.ReadOptions(use_threads=threads)).num_rows
+    return run
 
 
-def csv_module_strings(path: str) -> int:
-    with open(path, newline="") as handle:
-        reader = csv.reader(handle)
-        next(reader)
-        rows = list(reader)
-    table = list(zip(*rows))
-    features = np.empty((len(rows), len(table) - 1), dtype=np.float32)
-    for index, column in enumerate(table[:-1]):
-        try:
-            features[:, index] = [float(value) for value in column]
-        except ValueError:
-            lookup = {name: code for code, name in enumerate(sorted(set(column)))}
-            features[:, index] = [lookup[value] for value in column]
-    classes = {name: code for code, name in enumerate(sorted(set(table[-1])))}
-    labels = np.array([classes[value] for value in table[-1]], dtype=np.int64)
-    return len(labels)
-
-
-def loadtxt_numeric(path: str) -> int:
-    data = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float32)
-    return len(data)
-
-
-def loadtxt_strings(path: str) -> int:
-    text = np.loadtxt(path, delimiter=",", skiprows=1, dtype=str, quotechar='"', comments=None)
-    features = np.empty((len(text), text.shape[1] - 1), dtype=np.float32)
-    features[:, :3] = text[:, :3].astype(np.float32)
-    for index in range(3, text.shape[1] - 1):
-        features[:, index] = np.unique(text[:, index], return_inverse=True)[1]
-    labels = np.unique(text[:, -1], return_inverse=True)[1]
-    return len(labels)
+def arrow_parquet(path: str) -> int:
+    return pq.read_table(path, use_threads=False).num_rows
 
 
 def shardkit_convert(fmt: str, workdir: str, workers: int = 1) -> Callable[[str], int]:
@@ -114,19 +87,6 @@ def shardkit_convert(fmt: str, workdir: str, workers: int = 1) -> Callable[[str]
         report = shardkit.convert(path, dst, format=fmt, label_column="label", workers=workers, quiet=True)
         return report.num_samples
     return run
-
-
-def split_into_tree(path: str, root: str, files: int) -> None:
-    """The rows of one CSV file, in order, as `files` files (each with the header) under root."""
-    with open(path, newline="") as handle:
-        header, *lines = handle.read().splitlines(keepends=True)
-    # whole records only: a quoted field here never spans lines, so lines are records
-    step = -(-len(lines) // files)
-    os.makedirs(root, exist_ok=True)
-    for number in range(files):
-        with open(os.path.join(root, f"part-{number:03d}.csv"), "w", newline="") as handle:
-            handle.write(header)
-            handle.writelines(lines[number * step:(number + 1) * step])
 
 
 def measure(path: str, methods: Dict[str, Callable[[str], int]], repeat: int) -> Dict[str, List[float]]:
@@ -139,50 +99,65 @@ def measure(path: str, methods: Dict[str, Callable[[str], int]], repeat: int) ->
     return times
 
 
+_CHILD = """
+import json, resource, sys
+import shardkit
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+shardkit.convert(sys.argv[1], sys.argv[2], label_column="label", quiet=True)
+print(json.dumps({"before_kib": before, "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def peak_rss(path: str, workdir: str) -> Dict[str, int]:
+    """Peak RSS (KiB) of a child process converting `path` with default shards, and before it started."""
+    dst = os.path.join(workdir, "memory-out")
+    shutil.rmtree(dst, ignore_errors=True)
+    done = subprocess.run([sys.executable, "-c", _CHILD, path, dst], check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--format", default="hdf5")
     parser.add_argument("--workdir", default=None)
-    parser.add_argument("--tree-files", type=int, default=4)
-    parser.add_argument("--tree-workers", type=int, default=2)
+    parser.add_argument("--memory", action="store_true")
     args = parser.parse_args()
-    workdir = args.workdir or tempfile.mkdtemp(prefix="shardkit-csv-bench-")
+    workdir = args.workdir or tempfile.mkdtemp(prefix="shardkit-table-bench-")
     os.makedirs(workdir, exist_ok=True)
-    files = {"numeric": os.path.join(workdir, "numeric.csv"), "strings": os.path.join(workdir, "strings.csv"),
-             "strings tree": os.path.join(workdir, "tree")}
+    files = {"numeric": os.path.join(workdir, "numeric.csv"), "strings": os.path.join(workdir, "strings.csv")}
     make_numeric(files["numeric"], args.rows)
     make_strings(files["strings"], args.rows)
-    shutil.rmtree(files["strings tree"], ignore_errors=True)
-    split_into_tree(files["strings"], files["strings tree"], args.tree_files)
+    for kind in ("numeric", "strings"):
+        files[f"{kind} parquet"] = os.path.join(workdir, f"{kind}.parquet")
+        pq.write_table(pcsv.read_csv(files[kind]), files[f"{kind} parquet"])
     convert = shardkit_convert(args.format, workdir)
-    suites = {
-        "numeric": {"csv module": csv_module_numeric, "numpy.loadtxt": loadtxt_numeric, "shardkit": convert},
-        "strings": {"csv module": csv_module_strings, "numpy.loadtxt": loadtxt_strings, "shardkit": convert},
-        "strings tree": {"csv module (one file)": lambda _: csv_module_strings(files["strings"]),
-                         "shardkit --workers 1": convert,
-                         "shardkit": shardkit_convert(args.format, workdir, args.tree_workers)},
-    }
+    two = shardkit_convert(args.format, workdir, workers=2)
+    text_suite = {"pyarrow.csv 1 thread": arrow_csv(False), "pyarrow.csv all threads": arrow_csv(True),
+                  "shardkit": convert, "shardkit --workers 2": two}
+    parquet_suite = {"pyarrow.parquet 1 thread": arrow_parquet, "shardkit": convert}
     print(f"rows per file: {args.rows}, repeats: {args.repeat} (median), format: {args.format}, "
-          f"numpy {np.__version__}, python {sys.version.split()[0]}; tree: {args.tree_files} files, "
-          f"shardkit = --workers {args.tree_workers} there")
+          f"python {sys.version.split()[0]}, cpus {os.cpu_count()}")
     print()
-    print("| file | size | method | median s | rows/s | MB/s | shardkit time / this |")
+    print("| file | size | method | median s | rows/s | MB/s | time / shardkit's |")
     print("|---|---|---|---|---|---|---|")
     for kind, path in files.items():
-        paths = [os.path.join(path, name) for name in sorted(os.listdir(path))] if os.path.isdir(path) else [path]
-        size = sum(os.path.getsize(name) for name in paths)
-        for name in paths:                              # warm the page cache for every method alike
-            with open(name, "rb") as handle:
-                while handle.read(1 << 24):
-                    pass
-        times = measure(path, suites[kind], args.repeat)
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:               # warm the page cache for every method alike
+            while handle.read(1 << 24):
+                pass
+        suite = parquet_suite if kind.endswith("parquet") else text_suite
+        times = measure(path, suite, args.repeat)
         medians = {name: statistics.median(values) for name, values in times.items()}
         for name, seconds in medians.items():
-            ratio = medians["shardkit"] / seconds
             print(f"| {kind} | {size / 1e6:.0f} MB | {name} | {seconds:.2f} | {args.rows / seconds:,.0f} | "
-                  f"{size / 1e6 / seconds:.1f} | {ratio:.2f} |")
+                  f"{size / 1e6 / seconds:.1f} | {seconds / medians['shardkit']:.2f} |")
+    if args.memory:
+        facts = peak_rss(files["strings"], workdir)
+        print()
+        print(f"peak RSS converting strings.csv ({os.path.getsize(files['strings']) / 1e6:.0f} MB): "
+              f"{facts['peak_kib'] / 1024:.0f} MiB (after imports: {facts['before_kib'] / 1024:.0f} MiB)")
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -46,6 +46,7 @@ class ConvertOptions:
     label_column: Optional[str] = None
     no_labels: bool = False
     delimiter: Optional[str] = None
+    decimal: Optional[str] = None
     columns: Optional[Sequence[str]] = None
     text_columns: Optional[Sequence[str]] = None
     schema_file: Optional[str] = None
@@ -226,7 +227,8 @@ def _convert_source(source: Source, src: str, dst: str, options: ConvertOptions,
         journal.unlock()
     report = _report_for(manifest, dst, started, reused=len(done))
     report.skipped = len(skipped_lines)
-    report.warnings = [f"class folder {name!r} holds no image" for name in source.summary().get("empty_classes", [])]
+    report.warnings = [f"class folder {name!r} holds no image" for name in source.summary().get("empty_classes", [])] \
+        + list(source.summary().get("warnings", []))
     return report
 
 

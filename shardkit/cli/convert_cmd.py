@@ -29,6 +29,7 @@ from .output import echo_json
 @click.option("--label-column", default=None, help="Label column of --labels or of a CSV source.")
 @click.option("--no-labels", is_flag=True, help="Unlabeled samples.")
 @click.option("--delimiter", default=None, help="CSV delimiter (sniffed when omitted).")
+@click.option("--decimal", default=None, help="CSV/TSV: decimal mark of numbers, '.' (default) or ','.")
 @click.option("--columns", default=None, help="CSV: comma-separated columns to keep.")
 @click.option("--text-columns", default=None, help="CSV: comma-separated columns kept as UTF-8 text.")
 @click.option("--schema", "schema_file", type=click.Path(), default=None, help="CSV: JSON schema overriding inference.")

@@ -60,6 +60,23 @@ class LabelSpec:
     classes: Tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Parsed:
+    """A column's values already read as float64 numbers (NaN where missing), and which are missing."""
+
+    values: np.ndarray
+    missing: np.ndarray
+
+
+@dataclass(frozen=True)
+class Distinct:
+    """A column given by its distinct field strings and the index of each row's value among them:
+    the conversion runs once per distinct value."""
+
+    uniques: List[str]
+    indices: np.ndarray
+
+
 @dataclass
 class EncodedBatch:
     """The rows of one parsed chunk: a sample for each good row, a reason for each bad one."""
@@ -144,12 +161,6 @@ class TabularCodec:
         return max(1, int(self._row_bytes + 4 * len(self.texts) + text_bytes))
 
     # ---- encoding ---------------------------------------------------------------------
-    @property
-    def all_numeric(self) -> bool:
-        """Whether every stored column and the label are numbers (the parser's fast path applies)."""
-        return not self.texts and all(column.type != "category" for column in self.features) and \
-            (self.label is None or self.label.kind == "int")
-
     def vectors(self, columns: Sequence[Any], labels: Optional[Any],
                 count: int) -> Tuple[np.ndarray, Optional[np.ndarray], Dict[int, str]]:
         """(feature matrix of `count` rows, int64 labels or None, reason of each bad row) given each
@@ -157,8 +168,10 @@ class TabularCodec:
         reasons: Dict[int, str] = {}
         matrix = np.empty((count, len(self.features)), dtype=self.dtype)
         for slot, column in enumerate(self.features):
-            matrix[:, slot] = self._convert(column, columns[slot], self._lookups[slot], reasons)
-        label_values = self._labels(labels, count, reasons) if self.label is not None else None
+            matrix[:, slot] = _per_row(lambda values, found: self._convert(column, values, self._lookups[slot], found),
+                                       columns[slot], reasons)
+        label_values = _per_row(self._labels, labels, reasons) \
+            if self.label is not None else None
         return matrix, label_values, reasons
 
     def text_tails(self, texts: Sequence[Sequence[str]], count: int) -> List[bytes]:
@@ -246,7 +259,7 @@ class TabularCodec:
             reasons.setdefault(index, f"column {column.name!r}: {why}")
         return parsed
 
-    def _labels(self, values: Optional[Sequence[str]], count: int, reasons: Dict[int, str]) -> np.ndarray:
+    def _labels(self, values: Any, reasons: Dict[int, str]) -> np.ndarray:
         assert self.label is not None and values is not None
         name = self.label.name
         if self.label.kind == "class":
@@ -269,16 +282,29 @@ class TabularCodec:
         return np.where(wrong, -1, parsed).astype(np.int64)
 
 
+def _per_row(convert: Callable[[Any, Dict[int, str]], np.ndarray], values: Any,
+             reasons: Dict[int, str]) -> np.ndarray:
+    """convert(values, reasons) for every row; for Distinct values, once per distinct value."""
+    if not isinstance(values, Distinct):
+        return convert(values, reasons)
+    found: Dict[int, str] = {}
+    converted = convert(values.uniques, found)
+    if found:
+        indices = values.indices
+        for row in np.flatnonzero(np.isin(indices, np.fromiter(found, dtype=np.int64))).tolist():
+            reasons.setdefault(row, found[int(indices[row])])
+    return converted[values.indices] if len(values.uniques) else np.empty(0, dtype=converted.dtype)
+
+
 def _floats(values: Any) -> Tuple[np.ndarray, Dict[int, str], np.ndarray]:
-    """parse_floats, or an already parsed float64 array (the numeric fast path) as it is."""
-    if isinstance(values, np.ndarray):
-        return values, {}, np.zeros(len(values), dtype=bool)
+    """parse_floats, or values already parsed as numbers as they are."""
+    if isinstance(values, Parsed):
+        return values.values, {}, values.missing
     return parse_floats(values)
 
 
 def _text(values: Any, index: int) -> str:
-    value = values[index]
-    return repr(float(value)) if isinstance(values, np.ndarray) else value
+    return repr(float(values.values[index])) if isinstance(values, Parsed) else values[index]
 
 
 def _codes(lookup: Dict[str, int], values: Sequence[str]) -> np.ndarray:
@@ -391,5 +417,6 @@ def _dict_decoder(schema: SampleSchema) -> Callable[[Payload], Dict[str, Any]]:
     return decode
 
 
-__all__ = ["COLUMN_TYPES", "Column", "EncodedBatch", "LabelSpec", "MISSING_VALUES", "OpenCodes", "TabularCodec",
+__all__ = ["COLUMN_TYPES", "Column", "Distinct", "EncodedBatch", "LabelSpec", "MISSING_VALUES", "OpenCodes", "Parsed",
+           "TabularCodec",
            "is_missing", "make_tabular_decoder", "parse_floats", "split_record"]

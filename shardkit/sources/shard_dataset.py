@@ -19,7 +19,7 @@ from ..records import Encoded
 from .base import Converted, Outcome, Skipped, Source
 
 #: Convert options that shape how raw inputs become samples; a dataset's samples exist already.
-_RAW_ONLY_OPTIONS = ("resize", "size", "quality", "labels", "path_column", "label_column", "delimiter",
+_RAW_ONLY_OPTIONS = ("resize", "size", "quality", "labels", "path_column", "label_column", "delimiter", "decimal",
                      "columns", "text_columns", "schema_file")
 
 

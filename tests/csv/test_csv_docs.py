@@ -18,11 +18,11 @@ def test_csv_guide_snippet_runs(make_csv, tmp_path):
                    [[41, 52000.0, "Paris", "free text", "no"], [35, 61000.5, "Berlin", "more, \"text\"", "yes"]])
     dst = tmp_path / "DST"
     shardkit.convert(str(src), str(dst), label_column="y", text_columns=["notes"], quiet=True)
-    blocks = _python_blocks(REPO / "docs" / "csv.md")
+    blocks = _python_blocks(REPO / "docs" / "tables.md")
     assert blocks
     scope = {}
     for block in blocks:
-        exec(compile(block.replace('"DST"', repr(str(dst))), "docs/csv.md", "exec"), scope)
+        exec(compile(block.replace('"DST"', repr(str(dst))), "docs/tables.md", "exec"), scope)
     assert scope["row"] == {"age": 41, "income": 52000.0, "city": 1, "notes": "free text", "y": 0}
     assert scope["ds"].vocabularies == {"city": ["Berlin", "Paris"]}
 

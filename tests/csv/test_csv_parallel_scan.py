@@ -14,7 +14,7 @@ import pytest
 
 import shardkit
 from shardkit.errors import SourceError
-from shardkit.sources.csv_spill import PREFIX
+from shardkit.sources.tabular.spill import PREFIX
 
 from .conftest import write_rows
 
@@ -81,4 +81,28 @@ def test_too_many_categories_over_all_files_is_refused(spill_home: Path, tmp_pat
                    [[index, f"city{number}-{index}", index % 2] for index in range(40_000)])
     with pytest.raises(SourceError, match=r"column 'city' has more than 65536 distinct values"):
         shardkit.convert(src, tmp_path / "dst", label_column="label", workers=2, quiet=True)
+    _assert_no_spill_left(spill_home)
+
+
+def test_one_large_file_is_split_in_parts_that_give_the_same_dataset(spill_home: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardkit.sources.tabular import split
+    from shardkit.sources.tabular.files import TableFile, read_head
+    rows = [[f"{index % 89}.5", f"colour{index % 7}", "\n".join(["line"] * (index % 12)), f"c{index % 3}"]
+            for index in range(3000)]                          # most newlines are inside quotes
+    src = write_rows(tmp_path / "src" / "rows.csv", ["x", "colour", "note", "label"], rows)
+    with open(src, "a", encoding="utf-8") as handle:           # bad rows in the later parts too
+        handle.write("1.5,colour0,\"quoted\nnewline\",zebra\n1,2\n")
+    monkeypatch.setattr(split, "MIN_PART_BYTES", 20_000)
+    item = TableFile(str(src), "rows.csv", src.stat().st_size, 0, "text", read_head(str(src), None))
+    parts = split.split_file(item, 3)
+    assert len(parts) == 3 and parts[0].head.data_offset == item.head.data_offset and parts[-1].stop is None
+    options = dict(label_column="label", text_columns=["note"], samples_per_shard=700, quiet=True)
+    shardkit.convert(src, tmp_path / "one", workers=1, **options)
+    shardkit.convert(src, tmp_path / "three", workers=3, **options)
+    assert _shards(tmp_path / "three") == _shards(tmp_path / "one")
+    skipped = (tmp_path / "three" / "skipped.jsonl").read_bytes()
+    assert skipped == (tmp_path / "one" / "skipped.jsonl").read_bytes()
+    last = src.read_bytes().count(b"\n")
+    assert f'"line": {last}, '.encode() in skipped       # the file's last line, in its last part
     _assert_no_spill_left(spill_home)

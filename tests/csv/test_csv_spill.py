@@ -16,8 +16,8 @@ import pytest
 import shardkit
 from shardkit.codecs.tabular import OpenCodes
 from shardkit.errors import ConversionError, EmptySourceError
-from shardkit.sources import csv_table
-from shardkit.sources.csv_spill import PREFIX, Spill, remove_orphans
+from shardkit.sources.tabular import source as csv_table
+from shardkit.sources.tabular.spill import PREFIX, Spill, remove_orphans
 
 from .conftest import write_rows
 

@@ -1,6 +1,6 @@
 """The parsed rows of a CSV source, kept in temporary files between the scan and the shards.
 
-A table with string columns is split into fields once, during the scan: every row's feature
+A table is split into fields once, during the scan: every row's feature
 vector (category columns as provisional ids, in order of first appearance, until the sorted
 vocabulary is known), label, and text part go into fixed-width records on disk, and bad rows
 keep their line and reason. Shards are then cut from these records, by row number, from any
@@ -21,7 +21,7 @@ from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import ConversionError
+from ...errors import ConversionError
 
 ROWS_NAME = "rows.bin"
 TEXTS_NAME = "texts.bin"

@@ -1,8 +1,11 @@
-"""CSV column types: inference from a bounded sample of rows, --schema overrides, vocabularies.
+"""Column types: inference from a bounded sample of rows, --schema overrides, vocabularies.
 
 Inference looks at the first SAMPLE_ROWS rows: a column whose values are all integers (none
 missing) is "int", all numbers or missing is "float", anything else is "category" — unless
---text-columns names it. Streaming confirms it: a later value that contradicts the type makes
+--text-columns names it. Values stored with a type (Parquet, Arrow, JSON) keep it: floating
+point numbers are "float", integers and booleans "int" ("float" when some are missing), strings
+are inferred as text fields are; other types (lists, structs, dates) are refused.
+Streaming confirms it: a later value that contradicts the type makes
 its row bad. Vocabularies (and string label classes) are collected over every row (codecs.tabular.OpenCodes).
 """
 from __future__ import annotations
@@ -14,8 +17,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..codecs.tabular import COLUMN_TYPES, EXACT_INT, Column, is_missing, parse_floats
-from ..errors import SourceError, UsageError
+from ...codecs.tabular import COLUMN_TYPES, EXACT_INT, Column, Parsed, is_missing, parse_floats
+from ...errors import SourceError, UsageError
+from .values import is_string, numbers, strings
 
 SAMPLE_ROWS = 10_000
 #: A string column (or label) with more distinct values than this is refused as a category.
@@ -83,8 +87,50 @@ def load_schema_file(path: Optional[str]) -> SchemaOverrides:
     return overrides
 
 
-def infer_type(values: Sequence[str]) -> str:
-    """float | int | category for a column's sampled values."""
+def infer_type(sampled: Any, stored: Any = None, decimal: Optional[str] = None) -> str:
+    """float | int | category for a column's sampled values (an Arrow array) and its stored type, if any."""
+    if stored is not None and _is_floating(stored):
+        return "float"
+    values = numbers(sampled, decimal)
+    if not isinstance(values, Parsed):
+        return _infer_from_text(values.uniques)         # the same answer as for every value
+    parsed, missing = values.values, values.missing
+    if missing.any() or not len(parsed):
+        return "float"
+    with np.errstate(invalid="ignore"):
+        integral = bool(np.all(parsed == np.trunc(parsed))) and float(np.abs(parsed).max()) <= EXACT_INT["float64"]
+    if not integral:
+        return "float"
+    if is_string(sampled):
+        import pyarrow.compute as pc
+        return "int" if pc.all(pc.match_substring_regex(sampled, _INT.pattern)).as_py() else "float"
+    return "int"
+
+
+def mostly_numbers(name: str, sampled: Any, decimal: Optional[str], where: str) -> Optional[str]:
+    """A warning when a category column holds numbers in most (>= 90%) of its sampled non-missing
+    values — a few stray values (a typo, a unit) made it a category — or would, read with a
+    decimal comma."""
+    for mark in [decimal] if decimal is not None else [None, ","]:
+        values = numbers(sampled, mark)
+        if isinstance(values, Parsed):
+            if mark is not None and not values.missing.all():
+                return f"{where}: column {name!r} became a category, but its values are numbers with a decimal " \
+                       "comma: pass --decimal , (with another --delimiter than ',')"
+            continue
+        _, bad, missing = parse_floats(values.uniques)
+        present = int((~missing[values.indices]).sum()) if len(values.uniques) else 0
+        stray = int(np.isin(values.indices, np.fromiter(bad, dtype=np.int64)).sum())
+        if present and stray <= present // 10:
+            examples = ", ".join(repr(values.uniques[index]) for index in sorted(bad)[:3])
+            hint = "pass --decimal , and " if mark is not None and decimal is None else ""
+            return (f"{where}: column {name!r} became a category because {stray} of {present} sampled values are "
+                    f"not numbers (e.g. {examples}); {hint}declare it float in --schema to skip those rows instead")
+    return None
+
+
+def _infer_from_text(values: Sequence[str]) -> str:
+    """infer_type for field strings, as Python's float() reads them."""
     parsed, bad, missing = parse_floats(values, first_bad=True)
     if bad:
         return "category"
@@ -98,9 +144,26 @@ def infer_type(values: Sequence[str]) -> str:
     return "float"
 
 
-def needs_float64(values: Sequence[str]) -> bool:
+def _is_floating(stored: Any) -> bool:
+    import pyarrow as pa
+    return bool(pa.types.is_floating(stored) or pa.types.is_decimal(stored))
+
+
+def check_scalar(name: str, stored: Any, where: str) -> None:
+    """Refuse a column whose stored values are not numbers, booleans or strings."""
+    import pyarrow as pa
+    if stored is None or pa.types.is_integer(stored) or pa.types.is_floating(stored) or \
+            pa.types.is_boolean(stored) or pa.types.is_string(stored) or pa.types.is_large_string(stored) or \
+            pa.types.is_null(stored) or pa.types.is_decimal(stored):
+        return
+    raise UsageError(f"{where}: column {name!r} holds {stored} values; only numbers, booleans and strings can "
+                     "be stored — leave it out with --columns", path=where)
+
+
+def needs_float64(sampled: Any) -> bool:
     """Whether an int column's sampled values go beyond what float32 holds exactly."""
-    parsed, _, _ = parse_floats(values)
+    values = numbers(sampled)
+    parsed = values.values if isinstance(values, Parsed) else parse_floats(strings(sampled))[0]
     return bool(len(parsed)) and float(abs(parsed).max()) > EXACT_INT["float32"]
 
 
@@ -136,5 +199,5 @@ def describe_columns(columns: Sequence[Column]) -> Dict[str, Any]:
     return counts
 
 
-__all__ = ["MAX_CATEGORIES", "SAMPLE_ROWS", "SchemaOverrides", "describe_columns",
+__all__ = ["MAX_CATEGORIES", "SAMPLE_ROWS", "SchemaOverrides", "check_scalar", "describe_columns", "mostly_numbers",
            "infer_label_kind", "infer_type", "load_schema_file", "needs_float64", "too_many_categories"]

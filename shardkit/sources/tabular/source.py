@@ -1,0 +1,205 @@
+"""Tables: one file or a folder of them (recursively, sorted), one sample per row.
+
+Opening the source reads each file's header, infers the column types from the first rows, then
+parses every file once with Arrow (parse.py), collecting the category vocabularies and writing
+the parsed rows to temporary files (spill.py). Shards are cut by row count; encode_range()
+reads its rows back and turns the provisional category ids into codes of the sorted
+vocabularies. Memory follows the block and shard size, never the file size.
+"""
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import weakref
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from ...codecs.tabular import Column, EncodedBatch, TabularCodec
+from ...errors import EmptySourceError, UsageError
+from ..base import Converted, ConvertedRun, Outcome, Skipped, Source
+from .files import TableFile, normalize_decimal, normalize_delimiter
+from .parse import ParsedTable, parse_files
+from .scan import label_spec, read_heads, sample, select
+from .types import check_scalar, describe_columns, infer_type, load_schema_file, mostly_numbers, needs_float64
+
+#: Rows read back from the spill at a time.
+SPILL_BLOCK = 1 << 16
+
+
+class TabularSource(Source):
+    """Rows of tables as tabular samples (see docs/tables.md)."""
+
+    kind = "csv"
+
+    def __init__(self, files: List[TableFile], codec: TabularCodec, delimiter: str, summary: Dict[str, Any],
+                 skipped: List[Skipped], parsed: ParsedTable) -> None:
+        self.files = files
+        self.codec = codec
+        self.delimiter = delimiter
+        self.schema = codec.schema()
+        label = codec.label
+        self.classes = list(label.classes) if label is not None and label.kind == "class" else []
+        self.total_rows = sum(item.rows for item in files)
+        self.parts = parsed.parts
+        self._first_rows = [part.first_row for part in self.parts]
+        per_row = {item.path: item.size // max(1, item.rows) for item in files}
+        self._per_row = [per_row[part.path] for part in self.parts]
+        self._summary = summary
+        self._skipped = skipped
+        self._spills = parsed.spills
+        self._feature_ranks = [[(slot, ranks[column.name]) for slot, column in enumerate(codec.features)
+                                if column.name in ranks] for ranks in parsed.ranks]
+        self._label_ranks = [ranks.get(label.name) if label is not None else None for ranks in parsed.ranks]
+        for spill in self._spills:
+            weakref.finalize(self, spill.remove)
+
+    def close(self) -> None:
+        """Remove the temporary files of the parsed rows (if any)."""
+        for spill in self._spills:
+            spill.remove()
+
+    # ---- scanning -------------------------------------------------------------------
+    @classmethod
+    def scan(cls, src: str, options: Any) -> "TabularSource":
+        """Read headers, infer the schema from a sample, then parse every file once (see module doc)."""
+        label_name = getattr(options, "label_column", None)
+        no_labels = bool(getattr(options, "no_labels", False))
+        if getattr(options, "labels", None):
+            raise UsageError("--labels belongs to image trees; name the target column of a CSV with --label-column")
+        if no_labels and label_name:
+            raise UsageError("--label-column and --no-labels contradict each other")
+        if not no_labels and not label_name:
+            raise UsageError(f"{src}: name the target column of the CSV rows with --label-column COLUMN, "
+                             "or pass --no-labels")
+        overrides = load_schema_file(getattr(options, "schema_file", None))
+        given = normalize_delimiter(getattr(options, "delimiter", None))
+        files, skipped, found, delimiter = read_heads(src, given)
+        decimal = normalize_decimal(getattr(options, "decimal", None), delimiter if any(
+            item.kind == "text" for item in files) else None)
+        for item in files:
+            item.decimal = decimal if item.kind == "text" else None
+        stored, text_columns = select(files, options, label_name, overrides)
+        for item in files:
+            for name, stored_type in zip(item.head.header, item.types or ()):
+                if name in stored or name == label_name:
+                    check_scalar(name, stored_type, item.name)
+        sample_columns, sample_labels, sampled = sample(files, stored, label_name, delimiter)
+        first = files[0]
+        arrow_types = dict(zip(first.head.header, first.types or ()))
+        columns = [overrides.columns[name] if name in overrides.columns else
+                   Column(name, "text") if name in text_columns else
+                   Column(name, infer_type(sample_columns[name], arrow_types.get(name), decimal))
+                   for name in stored]
+        warnings = [warning for warning in (mostly_numbers(column.name, sample_columns[column.name], decimal,
+                                                           first.name if len(files) == 1 else src)
+                                            for column in columns if column.type == "category"
+                                            and column.name not in overrides.columns) if warning]
+        dtype = overrides.dtype or ("float64" if any(
+            column.type == "int" and column.name not in overrides.columns and needs_float64(sample_columns[column.name])
+            for column in columns) else "float32")
+        label = label_spec(label_name, overrides, sample_labels, files[0]) if label_name else None
+        codec = TabularCodec(columns, dtype, label)   # vocabularies still open where not given
+        for item in files:                    # fields in the codec's order: features, then text columns
+            position = {name: index for index, name in enumerate(item.head.header)}
+            item.indices = [position[column.name] for column in codec.columns]
+        quiet = bool(getattr(options, "quiet", False))
+        parsed = parse_files(files, codec, delimiter, int(getattr(options, "workers", 1) or 1), quiet, src)
+        codec = parsed.codec
+        total = sum(item.rows for item in files)
+        if total == 0:
+            for spill in parsed.spills:
+                spill.remove()
+            first = files[0]
+            where = f"{first.name}:{first.head.header_line}" if len(files) == 1 else src
+            raise EmptySourceError(f"{where}: header only, no data rows" if len(files) == 1 else
+                                   f"{where}: the {len(files)} files hold no data rows (header only)", path=src)
+        columns = codec.columns
+        summary = {"csv_files": found, "files_read": len(files), "files_skipped": len(skipped),
+                   "files_without_rows": sum(1 for item in files if item.rows == 0), "rows": total,
+                   "file_bytes": sum(item.size for item in files), "sample_rows": sampled,
+                   "column_types": describe_columns(columns), "delimiter": delimiter}
+        if decimal is not None:
+            summary["decimal"] = decimal
+        if warnings:
+            summary["warnings"] = warnings
+        return cls(files, codec, delimiter, summary, skipped, parsed)
+
+    # ---- Source interface -------------------------------------------------------------
+    def item_sizes(self) -> np.ndarray:
+        raise NotImplementedError("CSV rows are too many to list; the source plans its own ranges")
+
+    def estimated_bytes(self) -> int:
+        return self.total_rows * self._row_bytes()
+
+    def _row_bytes(self) -> int:
+        if not self.codec.texts:
+            return self.codec.estimated_row_bytes()
+        return self.codec.estimated_row_bytes(self._summary["file_bytes"] / max(1, self.total_rows))
+
+    def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int]) -> List[Tuple[int, int]]:
+        """Consecutive row ranges of at most max_items rows and (estimated) max_bytes stored bytes."""
+        step = max_items or self.total_rows
+        if max_bytes is not None:
+            step = min(step, max(1, max_bytes // self._row_bytes()))
+        step = max(1, step)
+        return [(start, min(start + step, self.total_rows)) for start in range(0, self.total_rows, step)]
+
+    def summary(self) -> Dict[str, Any]:
+        return dict(self._summary)
+
+    def plan_skipped(self) -> List[Skipped]:
+        return list(self._skipped)
+
+    def fingerprint(self) -> str:
+        record = {"kind": self.kind, "schema": self.schema.to_dict(), "classes": self.classes,
+                  "delimiter": self.delimiter,
+                  "files": [[item.name, item.size, item.mtime_ns, item.indices, item.label_index]
+                            for item in self.files]}
+        if "decimal" in self._summary:
+            record["decimal"] = self._summary["decimal"]
+        return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+    def encode_range(self, start: int, stop: int) -> Iterator[Outcome]:
+        position = start
+        while position < stop:
+            index = bisect.bisect_right(self._first_rows, position) - 1
+            item = self.parts[index]
+            end = min(stop, item.first_row + item.rows)
+            yield from self._encode_spilled(index, position - item.first_row, end - item.first_row)
+            position = end
+
+    def _encode_spilled(self, index: int, start: int, stop: int) -> Iterator[Outcome]:
+        """Rows [start, stop) of part `index`, from the rows the scan parsed, in blocks of SPILL_BLOCK rows."""
+        item, spill, label_ranks = self.parts[index], self._spills[index], self._label_ranks[index]
+        per_row = self._per_row[index]
+        for begin in range(start, stop, SPILL_BLOCK):
+            rows = spill.read(begin, min(stop, begin + SPILL_BLOCK))
+            vectors = rows.vectors
+            for slot, ranks in self._feature_ranks[index]:
+                vectors[:, slot] = ranks[vectors[:, slot].astype(np.int64)]
+            labels: Optional[np.ndarray] = rows.labels
+            if label_ranks is not None:
+                labels = label_ranks[rows.labels]
+            elif self.codec.label is None:
+                labels = None
+            reasons = {position: reason for position, (_, reason) in rows.bad.items()}
+            lines = {position: line for position, (line, _) in rows.bad.items()}
+            yield from _outcomes(self.codec.samples(vectors, labels, rows.tails, reasons), item.name, lines, per_row)
+
+
+def _outcomes(batch: EncodedBatch, name: str, lines: Dict[int, int], per_row: int) -> Iterator[Outcome]:
+    """The batch's samples as one run when all rows are good, else row by row with a Skipped
+    (file name, line) for each bad one."""
+    if not batch.reasons:
+        yield ConvertedRun(batch.samples, per_row * len(batch.samples))  # type: ignore[arg-type]
+        return
+    for position, encoded in enumerate(batch.samples):
+        if encoded is not None:
+            yield Converted(encoded, per_row)
+        else:
+            yield Skipped(name, batch.reasons[position], line=lines[position])
+
+
+__all__ = ["SPILL_BLOCK", "TabularSource"]
