@@ -23,6 +23,7 @@ from .progress import Progress
 from .sink import ShardResult, SinkContext, explain_write_failure, write_shard
 from .sources import Skipped, Source, open_source
 from .units import parse_part, parse_size
+from .workers import default_workers
 
 DEFAULT_SHARD_SIZE = "256MB"
 
@@ -50,13 +51,17 @@ class ConvertOptions:
     text_columns: Optional[Sequence[str]] = None
     schema_file: Optional[str] = None
     readahead: Optional[bool] = None
-    workers: int = 1
+    workers: Optional[int] = None          # None: workers.default_workers()
     on_error: str = "skip"
     max_errors: Optional[int] = None
     resume: bool = False
     overwrite: bool = False
     part: Optional[Any] = None
     quiet: bool = False
+
+    def __post_init__(self) -> None:
+        if self.workers is None:
+            self.workers = default_workers()
 
     def validate(self) -> None:
         """Raise UsageError for contradictory or out-of-range options."""
@@ -175,7 +180,9 @@ def _convert_source(source: Source, src: str, dst: str, options: ConvertOptions,
         results.sort(key=lambda result: result.shard)
         manifest = _assemble(results, source, fmt, ctx, created, fingerprint, plan_skipped, options, src)
         if manifest.part is not None:
-            manifest.part.update(plan_fingerprint=plan_fingerprint, plan_shards=len(ranges))
+            # plan_skipped: skipped.jsonl starts with the scan's skips, the same lines in every part
+            manifest.part.update(plan_fingerprint=plan_fingerprint, plan_shards=len(ranges),
+                                 plan_skipped=len(plan_skipped))
         if manifest.num_samples == 0 and (tasks or options.part_tuple is None):
             raise EmptySourceError(f"{src}: no usable sample; every input was skipped "
                                    f"(first: {_first_skip(results, plan_skipped)})", path=src)

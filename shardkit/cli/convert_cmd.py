@@ -33,8 +33,9 @@ from ..units import format_size
 @click.option("--text-columns", default=None, help="CSV: comma-separated columns kept as UTF-8 text.")
 @click.option("--schema", "schema_file", type=click.Path(), default=None, help="CSV: JSON schema overriding inference.")
 @click.option("--readahead/--no-readahead", default=None, help="LMDB/HDF5 readers: OS readahead (default by size).")
-@click.option("--workers", type=int, default=1, show_default=True,
-              help="Processes writing shards (and parsing the files of a CSV tree) in parallel.")
+@click.option("--workers", type=int, default=None,
+              help="Processes writing shards (and parsing the files of a CSV tree) in parallel "
+                   "[default: $SHARDKIT_WORKERS, else the CPUs this process may use].")
 @click.option("--on-error", type=click.Choice(["skip", "fail"]), default="skip", show_default=True)
 @click.option("--max-errors", type=int, default=None, help="Fail once more than N inputs were skipped.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted conversion into DST.")
