@@ -40,6 +40,7 @@ class ConvertOptions:
     size: Optional[Tuple[int, int]] = None
     quality: Optional[int] = None
     background: str = "#ffffff"
+    validate: str = "full"
     compression: str = "none"
     compression_level: Optional[int] = None
     labels: Optional[str] = None
@@ -63,7 +64,7 @@ class ConvertOptions:
         if self.workers is None:
             self.workers = default_workers()
 
-    def validate(self) -> None:
+    def check(self) -> None:
         """Raise UsageError for contradictory or out-of-range options."""
         if self.on_error not in ("skip", "fail"):
             raise UsageError(f"--on-error must be skip or fail, not {self.on_error!r}")
@@ -125,7 +126,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
         options = ConvertOptions(format=format, **kwargs)
     except TypeError as exc:
         raise UsageError(f"convert: {exc}") from None
-    options.validate()
+    options.check()
     started = time.monotonic()
     src, dst = os.fspath(src), os.fspath(dst)
     if os.path.realpath(src) == os.path.realpath(dst):

@@ -22,6 +22,9 @@ from ..units import format_size
 @click.option("--size", type=(int, int), default=None, metavar="H W", help="Array size for --image-mode raw.")
 @click.option("--quality", type=int, default=None, help="Encoder quality for jpeg/webp.")
 @click.option("--background", default="#ffffff", show_default=True, help="Colour behind transparent pixels.")
+@click.option("--validate", type=click.Choice(["full", "fast", "none"]), default="full", show_default=True,
+              help="passthrough: decode every image (full), check headers and end markers (fast), "
+                   "or only sniff the format (none).")
 @click.option("--compression", default="none", show_default=True, help="none, gzip or lzf.")
 @click.option("--compression-level", type=int, default=None, help="gzip level 0-9.")
 @click.option("--labels", type=click.Path(), default=None, help="CSV with a path and a label column.")

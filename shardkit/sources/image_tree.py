@@ -11,6 +11,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from ..codecs.image import DEFAULT_BACKGROUND, ImageCodec, image_extensions, make_image_codec
+from ..codecs.validate import DEFAULT_VALIDATE
 from ..errors import SampleError, SourceError, UsageError
 from ..records import Encoded
 from .base import Converted, Outcome, Skipped, Source
@@ -179,7 +180,8 @@ def _codec_options(options: Any) -> Dict[str, Any]:
             "resize": getattr(options, "resize", None),
             "size": tuple(size) if size else None,
             "quality": getattr(options, "quality", None),
-            "background": DEFAULT_BACKGROUND if background is None else background}
+            "background": DEFAULT_BACKGROUND if background is None else background,
+            "validate": getattr(options, "validate", None) or DEFAULT_VALIDATE}
 
 
 def _items_from_folders(root: str, images: List[str]) -> Tuple[List[Tuple[str, int]], List[str], int, List[str]]:
