@@ -142,15 +142,16 @@ def read_regular_file(path: str) -> bytes:
     otherwise block the conversion forever, a device would never end)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
-        mode = os.fstat(fd).st_mode
-        if not S_ISREG(mode):
-            raise SampleError(f"not a regular file ({_file_kind(mode)})")
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 24)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
+        stat = os.fstat(fd)
+        if not S_ISREG(stat.st_mode):
+            raise SampleError(f"not a regular file ({_file_kind(stat.st_mode)})")
+        # one read call for the size fstat saw (asking one byte more proves the end)
+        wanted = min(stat.st_size + 1, 1 << 24)
+        chunks = [os.read(fd, wanted)]
+        if len(chunks[0]) == wanted:        # more follows: over 16 MiB, or the file grew
+            while chunks[-1]:
+                chunks.append(os.read(fd, 1 << 24))
+        return b"".join(chunks)
     finally:
         os.close(fd)
 
