@@ -116,7 +116,8 @@ def main() -> None:
     for name in contenders:
         print(f"| {name} | {statistics.median(seconds[name]):.2f} | {rate[name]:,.0f} |")
     targets = [
-        ("--validate none / LMDB loop", rate["shardkit --validate none, 1 process"] / rate["LMDB loop (1 process)"], 0.8),
+        ("--validate none / LMDB loop", rate["shardkit --validate none, 1 process"]
+         / rate["LMDB loop (1 process)"], 0.8),
         ("--validate full / Pillow decode", rate["shardkit --validate full, 1 process"]
          / rate["Pillow full decode (1 process)"], 1.5),
         ("2 workers / 1 worker (full)", rate["shardkit --validate full, 2 workers"]

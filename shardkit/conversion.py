@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -10,7 +11,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .errors import (ConversionError, ConversionInterrupted, EmptySourceError,
                      ShardkitError, UsageError)
@@ -26,6 +27,7 @@ from .units import parse_part, parse_size
 from .workers import default_workers
 
 DEFAULT_SHARD_SIZE = "256MB"
+EXECUTORS = ("local", "ray")
 
 
 @dataclass
@@ -53,6 +55,8 @@ class ConvertOptions:
     schema_file: Optional[str] = None
     readahead: Optional[bool] = None
     workers: Optional[int] = None          # None: workers.default_workers()
+    executor: str = "local"                # local | ray (ray_executor.py)
+    address: Optional[str] = None          # --executor ray: auto | HOST:PORT; None: a local Ray
     on_error: str = "skip"
     max_errors: Optional[int] = None
     resume: bool = False
@@ -70,6 +74,10 @@ class ConvertOptions:
             raise UsageError(f"--on-error must be skip or fail, not {self.on_error!r}")
         if self.workers < 1:
             raise UsageError("--workers must be at least 1")
+        if self.executor not in EXECUTORS:
+            raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, not {self.executor!r}")
+        if self.address is not None and self.executor != "ray":
+            raise UsageError("--address applies to --executor ray only")
         if self.samples_per_shard is not None and self.samples_per_shard < 1:
             raise UsageError("--samples-per-shard must be at least 1")
         if self.max_errors is not None and self.max_errors < 0:
@@ -322,19 +330,28 @@ def _run(ctx: SinkContext, tasks: List[ShardTask], options: ConvertOptions, alre
             latch.check()
             bar.set(items, nbytes)
 
-        if options.workers <= 1 or len(tasks) <= 1:
+        if options.executor == "local" and (options.workers <= 1 or len(tasks) <= 1):
             for task in tasks:
                 check(write_shard(dataclasses.replace(ctx, max_errors=remaining()), task, progress=advance))
         else:
-            from .parallel import run_parallel
             try:
-                with latch.deferred():          # Ctrl-C is raised by set_totals, between the pool's waits
-                    run_parallel(dataclasses.replace(ctx, max_errors=remaining()), tasks, options.workers,
-                                 on_result=check, on_progress=set_totals)
+                with latch.deferred():          # Ctrl-C is raised by set_totals, between the executor's waits
+                    _executor(options)(dataclasses.replace(ctx, max_errors=remaining()), tasks,
+                                       on_result=check, on_progress=set_totals)
             except BaseException:
-                remove_stale_temps(ctx.dst)     # workers stopped mid-shard leave their temporary files
+                remove_stale_temps(ctx.dst)     # tasks stopped mid-shard leave their temporary files
                 raise
     return results
+
+
+def _executor(options: ConvertOptions) -> Callable[..., None]:
+    """run(ctx, tasks, on_result, on_progress) writing shards outside this process: spawned local
+    workers (parallel.py) or Ray tasks (ray_executor.py), both through the same sink."""
+    if options.executor == "ray":
+        from .ray_executor import run_on_ray
+        return functools.partial(run_on_ray, address=options.address)
+    from .parallel import run_parallel
+    return functools.partial(run_parallel, workers=options.workers)
 
 
 def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContext, created: str,

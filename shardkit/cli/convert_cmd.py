@@ -39,6 +39,10 @@ from ..units import format_size
 @click.option("--workers", type=int, default=None,
               help="Processes writing shards (and parsing the files of a CSV tree) in parallel "
                    "[default: $SHARDKIT_WORKERS, else the CPUs this process may use].")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Write shards in local processes, or as Ray tasks (pip install 'shardkit[ray]').")
+@click.option("--address", default=None, metavar="auto|HOST:PORT",
+              help="--executor ray: the cluster to use [default: start a local Ray].")
 @click.option("--on-error", type=click.Choice(["skip", "fail"]), default="skip", show_default=True)
 @click.option("--max-errors", type=int, default=None, help="Fail once more than N inputs were skipped.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted conversion into DST.")
