@@ -89,9 +89,10 @@ class ImageTreeSource(Source):
         paths: List[str] = []
         labels: List[int] = []
         stats: List[Tuple[int, int]] = []
+        prefix = os.path.join(root, "")
         for rel, label in items:
             try:
-                stat = os.stat(os.path.join(root, rel))
+                stat = os.stat(prefix + rel)
             except OSError as exc:
                 skipped.append(Skipped(rel, _stat_failure(os.path.join(root, rel), exc)))
                 continue
@@ -123,10 +124,11 @@ class ImageTreeSource(Source):
         return digest.hexdigest()
 
     def encode_range(self, start: int, stop: int) -> Iterator[Outcome]:
+        prefix = os.path.join(self.root, "")           # one join per range, not per image
         for index in range(start, stop):
             rel = self.paths[index]
             try:
-                data = read_regular_file(os.path.join(self.root, rel))
+                data = read_regular_file(prefix + rel)
                 payload, detected = self.codec.encode(data)
             except OSError as exc:
                 yield Skipped(rel, f"cannot read ({exc.strerror or exc})")
