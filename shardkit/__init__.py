@@ -28,6 +28,7 @@ _LAZY = {
     "PTDataset": "shardkit.dataset",
     "ShardAwareSampler": "shardkit.sampler",
     "ShardDataset": "shardkit.dataset",
+    "ShardStream": "shardkit.stream",
     "VerifyReport": "shardkit.verification",
     "convert": "shardkit.conversion",
     "merge": "shardkit.merging",
@@ -52,6 +53,6 @@ def __dir__() -> list:
 __all__ = sorted([
     "ConversionError", "ConvertReport", "CorruptSampleError", "CorruptShardError", "DestinationExistsError",
     "EmptySourceError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError", "NotADatasetError",
-    "PTDataset", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardkitError", "SourceError",
+    "PTDataset", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError", "SourceError",
     "UsageError", "VerifyReport", "__version__", "convert", "merge", "open_dataset", "verify", "worker_init_fn",
 ])

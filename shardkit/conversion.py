@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -10,7 +11,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .errors import (ConversionError, ConversionInterrupted, EmptySourceError,
                      ShardkitError, UsageError)
@@ -23,8 +24,10 @@ from .progress import Progress
 from .sink import ShardResult, SinkContext, explain_write_failure, reusable_result, write_shard
 from .sources import Skipped, Source, open_source
 from .units import parse_part, parse_size
+from .workers import default_workers
 
 DEFAULT_SHARD_SIZE = "256MB"
+EXECUTORS = ("local", "ray")
 
 
 @dataclass
@@ -39,6 +42,7 @@ class ConvertOptions:
     size: Optional[Tuple[int, int]] = None
     quality: Optional[int] = None
     background: str = "#ffffff"
+    validate: str = "full"
     compression: str = "none"
     compression_level: Optional[int] = None
     labels: Optional[str] = None
@@ -51,7 +55,9 @@ class ConvertOptions:
     text_columns: Optional[Sequence[str]] = None
     schema_file: Optional[str] = None
     readahead: Optional[bool] = None
-    workers: int = 1
+    workers: Optional[int] = None          # None: workers.default_workers()
+    executor: str = "local"                # local | ray (ray_executor.py)
+    address: Optional[str] = None          # --executor ray: auto | HOST:PORT; None: a local Ray
     on_error: str = "skip"
     max_errors: Optional[int] = None
     resume: bool = False
@@ -59,12 +65,20 @@ class ConvertOptions:
     part: Optional[Any] = None
     quiet: bool = True         # the Python API is silent; the CLI shows progress unless --quiet
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
+        if self.workers is None:
+            self.workers = default_workers()
+
+    def check(self) -> None:
         """Raise UsageError for contradictory or out-of-range options."""
         if self.on_error not in ("skip", "fail"):
             raise UsageError(f"--on-error must be skip or fail, not {self.on_error!r}")
         if self.workers < 1:
             raise UsageError("--workers must be at least 1")
+        if self.executor not in EXECUTORS:
+            raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, not {self.executor!r}")
+        if self.address is not None and self.executor != "ray":
+            raise UsageError("--address applies to --executor ray only")
         if self.samples_per_shard is not None and self.samples_per_shard < 1:
             raise UsageError("--samples-per-shard must be at least 1")
         if self.max_errors is not None and self.max_errors < 0:
@@ -141,7 +155,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
         options = ConvertOptions(format=format, **kwargs)
     except TypeError as exc:
         raise UsageError(f"convert: {exc}") from None
-    options.validate()
+    options.check()
     started = time.monotonic()
     src, dst = os.fspath(src), os.fspath(dst)
     if os.path.realpath(src) == os.path.realpath(dst):
@@ -196,7 +210,9 @@ def _convert_source(source: Source, src: str, dst: str, options: ConvertOptions,
         results.sort(key=lambda result: result.shard)
         manifest = _assemble(results, source, fmt, ctx, created, fingerprint, plan_skipped, options, src)
         if manifest.part is not None:
-            manifest.part.update(plan_fingerprint=plan_fingerprint, plan_shards=len(ranges))
+            # plan_skipped: skipped.jsonl starts with the scan's skips, the same lines in every part
+            manifest.part.update(plan_fingerprint=plan_fingerprint, plan_shards=len(ranges),
+                                 plan_skipped=len(plan_skipped))
         if manifest.num_samples == 0 and (tasks or options.part_tuple is None):
             raise EmptySourceError(f"{src}: no usable sample; every input was skipped "
                                    f"(first: {_first_skip(results, plan_skipped)})", path=src)
@@ -334,19 +350,28 @@ def _run(ctx: SinkContext, tasks: List[ShardTask], options: ConvertOptions, alre
             latch.check()
             bar.set(items, nbytes)
 
-        if options.workers <= 1 or len(tasks) <= 1:
+        if options.executor == "local" and (options.workers <= 1 or len(tasks) <= 1):
             for task in tasks:
                 check(write_shard(dataclasses.replace(ctx, max_errors=remaining()), task, progress=advance))
         else:
-            from .parallel import run_parallel
             try:
-                with latch.deferred():          # Ctrl-C is raised by set_totals, between the pool's waits
-                    run_parallel(dataclasses.replace(ctx, max_errors=remaining()), tasks, options.workers,
-                                 on_result=check, on_progress=set_totals)
+                with latch.deferred():          # Ctrl-C is raised by set_totals, between the executor's waits
+                    _executor(options)(dataclasses.replace(ctx, max_errors=remaining()), tasks,
+                                       on_result=check, on_progress=set_totals)
             except BaseException:
-                remove_stale_temps(ctx.dst)     # workers stopped mid-shard leave their temporary files
+                remove_stale_temps(ctx.dst)     # tasks stopped mid-shard leave their temporary files
                 raise
     return results
+
+
+def _executor(options: ConvertOptions) -> Callable[..., None]:
+    """run(ctx, tasks, on_result, on_progress) writing shards outside this process: spawned local
+    workers (parallel.py) or Ray tasks (ray_executor.py), both through the same sink."""
+    if options.executor == "ray":
+        from .ray_executor import run_on_ray
+        return functools.partial(run_on_ray, address=options.address)
+    from .parallel import run_parallel
+    return functools.partial(run_parallel, workers=options.workers)
 
 
 def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContext, created: str,

@@ -208,7 +208,10 @@ class ShardDataset(torch.utils.data.Dataset):
         return encoded
 
     def __getitem__(self, index: int) -> Any:
-        encoded = self.read_encoded(index)
+        return self.finish(self.read_encoded(index))
+
+    def finish(self, encoded: Encoded) -> Any:
+        """A stored record as __getitem__ returns it: decoded, transformed, with its label."""
         sample = self._decoder(encoded.payload)
         if self.as_dict:
             return self._as_dict(sample, encoded.label)

@@ -16,6 +16,9 @@ from .schema import SampleSchema
 MANIFEST_NAME = "manifest.json"
 SHARDS_DIR = "shards"
 SKIPPED_NAME = "skipped.jsonl"
+#: source.summary keys that count what the written shards hold (summed over the parts by merge);
+#: every other key describes the whole scan of SRC and is the same in every part.
+RUN_SUMMARY_KEYS = ("converted", "skipped", "bytes", "detected")
 #: Version of the manifest layout itself (formats/manifest.schema.json).
 MANIFEST_VERSION = 1
 

@@ -9,11 +9,11 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 from .errors import DestinationExistsError, ManifestError, UsageError
 from .integrity import atomic_write_bytes, fsync_path
-from .manifest import SHARDS_DIR, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
+from .manifest import RUN_SUMMARY_KEYS, SHARDS_DIR, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
 
 
 @dataclass
@@ -44,7 +44,8 @@ def merge(parts: Sequence[str], dst: str) -> MergeReport:
         raise DestinationExistsError(f"{dst}: exists and is not empty; merge writes a new dataset", path=dst)
     (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
     entries: List[ShardEntry] = []
-    skipped_text = b""
+    scan_skipped: List[bytes] = []
+    run_skipped: List[bytes] = []
     linked = copied = 0
     first = 0
     for part_dir, manifest in ordered:
@@ -62,15 +63,16 @@ def merge(parts: Sequence[str], dst: str) -> MergeReport:
                 copied += 1
             entries.append(dataclasses.replace(entry, first_index=first))
             first += entry.num_samples
-        skipped = Path(part_dir) / SKIPPED_NAME
-        if skipped.is_file():
-            skipped_text += skipped.read_bytes()
+        scan_lines, run_lines = _split_skipped(Path(part_dir), manifest)
+        scan_skipped = scan_skipped or scan_lines
+        run_skipped.extend(run_lines)
     fsync_path(path / SHARDS_DIR)
     base = ordered[0][1]
+    summary = _merge_summaries([m for _, m in ordered], skipped=len(scan_skipped) + len(run_skipped))
     merged = dataclasses.replace(base, shards=entries, part=None,
-                                 source={**base.source, "summary": _sum_summaries(m for _, m in ordered),
+                                 source={**base.source, "summary": summary,
                                          "fingerprint": base.part["plan_fingerprint"]})
-    atomic_write_bytes(path / SKIPPED_NAME, skipped_text)
+    atomic_write_bytes(path / SKIPPED_NAME, b"".join(scan_skipped + run_skipped))
     merged.save(dst)
     return MergeReport(dst=dst, parts=len(ordered), num_samples=merged.num_samples, num_shards=len(entries),
                        linked=linked, copied=copied, seconds=time.monotonic() - started)
@@ -100,16 +102,27 @@ def _check_parts(parts: List[str], manifests: List[Manifest]) -> List[Any]:
     return [by_index[index] for index in range(count)]
 
 
-def _sum_summaries(manifests: Any) -> Dict[str, Any]:
-    total: Dict[str, Any] = {}
-    for manifest in manifests:
-        for key, value in manifest.source.get("summary", {}).items():
-            if isinstance(value, int):
-                total[key] = total.get(key, 0) + value
-            elif isinstance(value, dict):
-                bucket = total.setdefault(key, {})
+def _split_skipped(part_dir: Path, manifest: Manifest) -> Tuple[List[bytes], List[bytes]]:
+    """A part's skipped.jsonl lines: (the scan's, listed in every part; its own shards')."""
+    path = part_dir / SKIPPED_NAME
+    lines = path.read_bytes().splitlines(keepends=True) if path.is_file() else []
+    scan = int(manifest.part.get("plan_skipped", 0))
+    return lines[:scan], lines[scan:]
+
+
+def _merge_summaries(manifests: List[Manifest], skipped: int) -> Dict[str, Any]:
+    """The scan's summary (the same in every part) with the shard counts summed over the parts:
+    what one run over the whole plan records."""
+    total: Dict[str, Any] = dict(manifests[0].source.get("summary", {}))
+    for key in RUN_SUMMARY_KEYS:
+        values = [m.source.get("summary", {}).get(key) for m in manifests]
+        if all(isinstance(value, int) for value in values):
+            total[key] = sum(values)
+        elif all(isinstance(value, dict) for value in values):
+            bucket: Dict[str, int] = {}
+            for value in values:
                 for sub, number in value.items():
                     bucket[sub] = bucket.get(sub, 0) + number
-            else:
-                total.setdefault(key, value)
+            total[key] = dict(sorted(bucket.items()))
+    total["skipped"] = skipped
     return total

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -15,6 +14,7 @@ from .formats import get_format
 from .integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
 from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, ShardEntry, canonical_bytes, load_manifest
 from .progress import Progress
+from .workers import default_workers, run_in_workers
 
 MODES = ("quick", "full", "deep")
 #: What a format's library may raise on a damaged file; reported as a problem, never raised.
@@ -53,18 +53,22 @@ class VerifyReport:
                 "samples_checked": self.samples_checked, "problems": [p.to_dict() for p in self.problems]}
 
 
-def verify(dst: str, mode: str = "full", workers: int = 1, quiet: bool = True,
+def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: bool = True,
            expect_manifest_sha256: Optional[str] = None) -> VerifyReport:
     """Check DST against its manifest; NotADatasetError if DST has no manifest at all.
 
     The checks detect damage, not tampering: anyone who can write DST can recompute every hash.
     For authenticity pass expect_manifest_sha256, the manifest_sha256 you got from a trusted
     channel; a dataset whose manifest differs is reported, whatever its own hashes say.
+    workers=None: workers.default_workers().
     """
     if mode not in MODES:
         raise UsageError(f"unknown verify mode {mode!r}; choose quick, full or deep")
     if expect_manifest_sha256 is not None and not _is_sha256(expect_manifest_sha256):
         raise UsageError(f"--expect-manifest-sha256 must be 64 hex digits, not {expect_manifest_sha256!r}")
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise UsageError("--workers must be at least 1")
     dst = os.fspath(dst)
     report = VerifyReport(dst=dst, mode=mode)
     try:
@@ -81,18 +85,18 @@ def verify(dst: str, mode: str = "full", workers: int = 1, quiet: bool = True,
     report.problems.extend(_edited_bytes(dst))
     report.problems.extend(_extra_files(dst, manifest))
     jobs = [(dst, manifest, number, mode) for number in range(len(manifest.shards))]
+    outcomes: List[Tuple[List[Problem], int]] = [([], 0)] * len(jobs)
     with Progress(len(jobs), f"verify ({mode})", quiet=quiet, unit="shard") as bar:
+        def done(number: int, outcome: Tuple[List[Problem], int]) -> None:
+            outcomes[number] = outcome
+            bar.advance(1, manifest.shards[number].size)
+
         if workers > 1 and len(jobs) > 1:
-            with ProcessPoolExecutor(workers) as pool:
-                outcomes = []
-                for outcome in pool.map(_check_shard_job, jobs):
-                    outcomes.append(outcome)
-                    bar.advance(1, manifest.shards[len(outcomes) - 1].size)
+            # spawned, never forked: a fork of a threaded (torch) process can deadlock
+            run_in_workers(_check_shard_job, jobs, workers, on_done=done)
         else:
-            outcomes = []
-            for job in jobs:
-                outcomes.append(_check_shard_job(job))
-                bar.advance(1, manifest.shards[len(outcomes) - 1].size)
+            for number, job in enumerate(jobs):
+                done(number, _check_shard_job(job))
     for problems, samples in outcomes:
         report.problems.extend(problems)
         report.samples_checked += samples

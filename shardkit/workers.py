@@ -20,10 +20,25 @@ import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
+#: Environment variable that overrides the default of --workers (e.g. 1 on a shared login node).
+WORKERS_ENV = "SHARDKIT_WORKERS"
 #: Seconds a stopped worker gets to exit after SIGTERM before it is killed.
 STOP_GRACE = 2.0
 #: Seconds between the parent's looks at its workers (and at poll()).
 POLL_SECONDS = 0.2
+
+
+def default_workers() -> int:
+    """The default --workers: $SHARDKIT_WORKERS when set, else the CPUs this process may run on
+    (its affinity mask, which cgroups, taskset and Slurm narrow; not the machine's core count)."""
+    text = os.environ.get(WORKERS_ENV, "").strip()
+    if text:
+        if not text.isdigit() or int(text) < 1:
+            from .errors import UsageError
+            raise UsageError(f"{WORKERS_ENV} must be a whole number of at least 1, not {text!r}")
+        return int(text)
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -70,7 +85,7 @@ def run_in_workers(function: Callable[[Any], Any], items: Sequence[Any], workers
     parent as each ends, poll() between waits. Any exception (from a task, on_done or poll —
     BrokenProcessPool when a worker dies) stops every worker before it propagates."""
     mp = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=mp, initializer=_init,
+    pool = ProcessPoolExecutor(max(1, min(workers, len(items))), mp_context=mp, initializer=_init,
                                initargs=(os.getpid(), initializer, initargs))
     try:
         with _SigintIgnored():
@@ -106,4 +121,4 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
             process.join()
 
 
-__all__ = ["POLL_SECONDS", "STOP_GRACE", "run_in_workers", "stop_pool"]
+__all__ = ["POLL_SECONDS", "STOP_GRACE", "WORKERS_ENV", "default_workers", "run_in_workers", "stop_pool"]

@@ -12,6 +12,11 @@ from shardkit.samples import make_image_tree
 
 FORMATS = format_names()
 
+# Conversions default to one process per CPU; the suite's small trees are written faster in one
+# process (spawning workers costs more than they save), and its subprocesses inherit this.
+# Tests of the default itself remove it.
+os.environ["SHARDKIT_WORKERS"] = "1"
+
 
 @pytest.fixture(scope="session")
 def image_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:

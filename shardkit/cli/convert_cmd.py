@@ -22,6 +22,9 @@ from .output import echo_json
 @click.option("--size", type=(int, int), default=None, metavar="H W", help="Array size for --image-mode raw.")
 @click.option("--quality", type=int, default=None, help="Encoder quality for jpeg/webp.")
 @click.option("--background", default="#ffffff", show_default=True, help="Colour behind transparent pixels.")
+@click.option("--validate", type=click.Choice(["full", "fast", "none"]), default="full", show_default=True,
+              help="passthrough: decode every image (full), check headers and end markers (fast), "
+                   "or only sniff the format (none).")
 @click.option("--compression", default="none", show_default=True, help="none, gzip or lzf.")
 @click.option("--compression-level", type=int, default=None, help="gzip level 0-9.")
 @click.option("--labels", type=click.Path(), default=None, help="CSV with a path and a label column.")
@@ -34,8 +37,13 @@ from .output import echo_json
 @click.option("--text-columns", default=None, help="CSV: comma-separated columns kept as UTF-8 text.")
 @click.option("--schema", "schema_file", type=click.Path(), default=None, help="CSV: JSON schema overriding inference.")
 @click.option("--readahead/--no-readahead", default=None, help="LMDB/HDF5 readers: OS readahead (default by size).")
-@click.option("--workers", type=int, default=1, show_default=True,
-              help="Processes writing shards (and parsing the files of a CSV tree) in parallel.")
+@click.option("--workers", type=int, default=None,
+              help="Processes writing shards (and parsing the files of a CSV tree) in parallel "
+                   "[default: $SHARDKIT_WORKERS, else the CPUs this process may use].")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Write shards in local processes, or as Ray tasks (pip install 'shardkit[ray]').")
+@click.option("--address", default=None, metavar="auto|HOST:PORT",
+              help="--executor ray: the cluster to use [default: start a local Ray].")
 @click.option("--on-error", type=click.Choice(["skip", "fail"]), default="skip", show_default=True)
 @click.option("--max-errors", type=int, default=None, help="Fail once more than N inputs were skipped.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted conversion into DST.")

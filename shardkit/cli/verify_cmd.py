@@ -13,7 +13,8 @@ from .output import echo_json
 @click.argument("dst", type=click.Path())
 @click.option("--quick", "mode", flag_value="quick", help="Presence, sizes and sample counts only.")
 @click.option("--deep", "mode", flag_value="deep", help="Also every sample's CRC32 and that images decode.")
-@click.option("--workers", type=int, default=1, show_default=True, help="Shards checked in parallel.")
+@click.option("--workers", type=int, default=None,
+              help="Shards checked in parallel [default: $SHARDKIT_WORKERS, else the CPUs this process may use].")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--expect-manifest-sha256", "expected", metavar="HEX",

@@ -5,7 +5,8 @@ run the same lines here. The colour handling (EXIF orientation, alpha on a backg
 16-bit and CMYK to 8-bit RGB) is also used at read time by codecs/decode.py, so passthrough
 reads and converted modes start from the same pixels.
 
-  passthrough       the file bytes unchanged, after proving they decode
+  passthrough       the file bytes unchanged, after proving they decode (--validate full;
+                    fast and none check less, see codecs/validate.py)
   jpeg | png | webp decoded, oriented, RGB, optionally resized (shorter side), re-encoded
   raw               decoded, oriented, RGB, resized to cover H x W and center-cropped: uint8 (H, W, 3)
 """
@@ -21,6 +22,7 @@ import numpy as np
 from ..errors import SampleError, UsageError
 from ..records import Payload
 from ..schema import LAYOUT_ARRAY, LAYOUT_BYTES, SampleSchema
+from .validate import DEFAULT_VALIDATE, check_structure, check_validate, sniff
 
 #: The only Pillow formats shardkit opens (plugin ids of Image.open(..., formats=...)): decoders
 #: built into Pillow and its bundled libraries. Left out on purpose: EPS/PS (decoded by running
@@ -205,6 +207,7 @@ class ImageCodec:
     size: Optional[Tuple[int, int]] = None          # raw: (H, W)
     quality: Optional[int] = None                   # jpeg/webp
     background: Tuple[int, int, int] = (255, 255, 255)
+    validate: str = DEFAULT_VALIDATE                # passthrough: full | fast | none (codecs/validate.py)
 
     @property
     def background_hex(self) -> str:
@@ -235,6 +238,8 @@ class ImageCodec:
                          "encoder_options": dict(options), "metadata": "stripped"})
             if self.mode in LOSSY_MODES:
                 info["quality"] = self.quality
+        elif self.mode == "passthrough":
+            info["validate"] = self.validate
         elif self.mode == "raw":
             info.update({"size": list(self.size or ()), "resample": RESAMPLE, "crop": "center",
                          "channels": "RGB", "layout": "HWC"})
@@ -249,6 +254,8 @@ class ImageCodec:
 
     def encode(self, data: bytes) -> Tuple[Payload, str]:
         """(payload to store, detected source format) for one file's bytes, or SampleError."""
+        if self.mode == "passthrough" and self.validate != DEFAULT_VALIDATE:
+            return data, self._check_without_decoding(data)
         if self.mode == "passthrough":
             image = open_checked(data, draft=True)
             to_rgb(image, self.background)      # proves the colour mode converts at read time
@@ -267,6 +274,15 @@ class ImageCodec:
         except (MemoryError, OSError, ValueError) as exc:
             raise SampleError(f"cannot convert the pixels ({type(exc).__name__}: {exc})") from None
         return self._save(pixels), detected
+
+    def _check_without_decoding(self, data: bytes) -> str:
+        """--validate fast or none: the detected format, or SampleError."""
+        if self.validate == "none":
+            return sniff(data)
+        detected = check_structure(data)
+        if detected in _STUB_FORMATS:
+            raise SampleError(f"{detected} is identified by Pillow but cannot be decoded")
+        return detected
 
     def _draft_size(self) -> Optional[Tuple[int, int]]:
         needed = max(self.size) if self.mode == "raw" and self.size else self.resize
@@ -287,7 +303,7 @@ class ImageCodec:
 
 def make_image_codec(mode: str = "passthrough", *, resize: Optional[int] = None,
                      size: Optional[Sequence[int]] = None, quality: Optional[int] = None,
-                     background: Any = DEFAULT_BACKGROUND) -> ImageCodec:
+                     background: Any = DEFAULT_BACKGROUND, validate: str = DEFAULT_VALIDATE) -> ImageCodec:
     """The codec for --image-mode and its options; UsageError for contradictory options."""
     if mode not in IMAGE_MODES:
         raise UsageError(f"unknown image mode {mode!r}; choose one of {', '.join(IMAGE_MODES)}")
@@ -318,4 +334,4 @@ def make_image_codec(mode: str = "passthrough", *, resize: Optional[int] = None,
     elif mode in LOSSY_MODES:
         quality = DEFAULT_QUALITY
     return ImageCodec(mode=mode, resize=resize, size=size, quality=quality,
-                      background=parse_background(background))
+                      background=parse_background(background), validate=check_validate(validate, mode))

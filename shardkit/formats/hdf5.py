@@ -104,7 +104,7 @@ class HDF5Writer(ShardWriter):
 
     def close(self) -> None:
         count = len(self._labels)
-        with h5py.File(self._path, "w", track_order=False) as handle:
+        with h5py.File(self._path, "w", track_order=False, locking=False) as handle:
             handle.attrs["shardkit_format"] = FORMAT.name
             handle.attrs["format_version"] = FORMAT.version
             handle.attrs["layout"] = self._schema.layout
@@ -220,7 +220,10 @@ class HDF5Reader(ShardReader):
         self._mmap: Optional[mmap.mmap] = None
         disable_filter_plugins()
         try:
-            self._file = h5py.File(path, "r", rdcc_nbytes=CHUNK_CACHE_BYTES, rdcc_nslots=CHUNK_CACHE_SLOTS)
+            # locking=False: shards are immutable once renamed into place, and NFS/Lustre mounts
+            # without (working) flock would otherwise fail every open
+            self._file = h5py.File(path, "r", rdcc_nbytes=CHUNK_CACHE_BYTES, rdcc_nslots=CHUNK_CACHE_SLOTS,
+                                   locking=False)
         except (OSError, ValueError, RuntimeError) as exc:
             raise CorruptShardError(f"{path}: cannot open HDF5 shard ({_short(exc)})", path=path) from None
         try:

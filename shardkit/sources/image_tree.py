@@ -11,6 +11,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from ..codecs.image import DEFAULT_BACKGROUND, ImageCodec, image_extensions, make_image_codec
+from ..codecs.validate import DEFAULT_VALIDATE
 from ..errors import SampleError, SourceError, UsageError
 from ..records import Encoded
 from .base import Converted, Outcome, Skipped, Source
@@ -88,9 +89,10 @@ class ImageTreeSource(Source):
         paths: List[str] = []
         labels: List[int] = []
         stats: List[Tuple[int, int]] = []
+        prefix = os.path.join(root, "")
         for rel, label in items:
             try:
-                stat = os.stat(os.path.join(root, rel))
+                stat = os.stat(prefix + rel)
             except OSError as exc:
                 skipped.append(Skipped(rel, _stat_failure(os.path.join(root, rel), exc)))
                 continue
@@ -122,10 +124,11 @@ class ImageTreeSource(Source):
         return digest.hexdigest()
 
     def encode_range(self, start: int, stop: int) -> Iterator[Outcome]:
+        prefix = os.path.join(self.root, "")           # one join per range, not per image
         for index in range(start, stop):
             rel = self.paths[index]
             try:
-                data = read_regular_file(os.path.join(self.root, rel))
+                data = read_regular_file(prefix + rel)
                 payload, detected = self.codec.encode(data)
             except OSError as exc:
                 yield Skipped(rel, f"cannot read ({exc.strerror or exc})")
@@ -141,15 +144,16 @@ def read_regular_file(path: str) -> bytes:
     otherwise block the conversion forever, a device would never end)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
-        mode = os.fstat(fd).st_mode
-        if not S_ISREG(mode):
-            raise SampleError(f"not a regular file ({_file_kind(mode)})")
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 24)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
+        stat = os.fstat(fd)
+        if not S_ISREG(stat.st_mode):
+            raise SampleError(f"not a regular file ({_file_kind(stat.st_mode)})")
+        # one read call for the size fstat saw (asking one byte more proves the end)
+        wanted = min(stat.st_size + 1, 1 << 24)
+        chunks = [os.read(fd, wanted)]
+        if len(chunks[0]) == wanted:        # more follows: over 16 MiB, or the file grew
+            while chunks[-1]:
+                chunks.append(os.read(fd, 1 << 24))
+        return b"".join(chunks)
     finally:
         os.close(fd)
 
@@ -179,7 +183,8 @@ def _codec_options(options: Any) -> Dict[str, Any]:
             "resize": getattr(options, "resize", None),
             "size": tuple(size) if size else None,
             "quality": getattr(options, "quality", None),
-            "background": DEFAULT_BACKGROUND if background is None else background}
+            "background": DEFAULT_BACKGROUND if background is None else background,
+            "validate": getattr(options, "validate", None) or DEFAULT_VALIDATE}
 
 
 def _items_from_folders(root: str, images: List[str]) -> Tuple[List[Tuple[str, int]], List[str], int, List[str]]:

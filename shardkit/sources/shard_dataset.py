@@ -50,6 +50,8 @@ class ShardDatasetSource(Source):
             used.append("no_labels")
         if getattr(options, "background", None) not in (None, "#ffffff"):
             used.append("background")
+        if getattr(options, "validate", None) not in (None, "full"):
+            used.append("validate")
         if used:
             flags = ", ".join("--schema" if name == "schema_file" else "--" + name.replace("_", "-")
                               for name in used)

@@ -74,3 +74,12 @@ def test_python_api_raises_usage_error(image_tree: Path, tmp_path: Path) -> None
     with pytest.raises(UsageError, match="needs --size"):
         shardkit.convert(str(image_tree), str(tmp_path / "out"), image_mode="raw")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("validate", ["fast", "none"])
+def test_validate_below_full_is_for_passthrough_only(validate: str) -> None:
+    assert make_image_codec("passthrough", validate=validate).describe()["validate"] == validate
+    with pytest.raises(UsageError, match="passthrough only"):
+        make_image_codec("jpeg", validate=validate)
+    with pytest.raises(UsageError, match="unknown --validate"):
+        make_image_codec("passthrough", validate="quick")

@@ -241,3 +241,64 @@ def test_unreadable_file_is_skipped(fmt: str, tmp_path: Path) -> None:
 def test_sort_order_matches_shardkit(corpus: Corpus) -> None:
     """The corpus oracle orders paths the way shardkit documents (by path components)."""
     assert corpus.image_paths == sorted(corpus.image_paths, key=sort_key)
+
+
+#: Damaged inputs of the corpus that --validate fast / none store (per kind: let through / bad).
+#: docs/reliability.md shows this table; the test below measures it.
+LET_THROUGH = {
+    "truncated JPEG": {"full": "0/15", "fast": "0/15", "none": "13/15"},
+    "truncated PNG": {"full": "0/11", "fast": "0/11", "none": "7/11"},
+    "truncated WebP": {"full": "0/14", "fast": "0/14", "none": "9/14"},
+    "bit flip in a JPEG": {"full": "0/3", "fast": "1/3", "none": "3/3"},
+    "bit flip in a PNG": {"full": "0/8", "fast": "0/8", "none": "6/8"},
+    "bit flip in a WebP": {"full": "0/4", "fast": "0/4", "none": "3/4"},
+    "decompression bomb (header, real)": {"full": "0/2", "fast": "0/2", "none": "2/2"},
+    "flipped magic byte, text, HTML, zero bytes": {"full": "0/6", "fast": "0/6", "none": "0/6"},
+    "broken link, link loop, FIFO": {"full": "0/3", "fast": "0/3", "none": "0/3"},
+}
+_EXTENSIONS = {".jpg": "JPEG", ".png": "PNG", ".webp": "WebP"}
+
+
+def _damage_kind(rel: str) -> str:
+    name = rel.rsplit("/", 1)[-1]
+    cut = re.match(r"\d+-cut\d+of\d+(\.\w+)$", name)
+    flip = re.match(r"\d+-at\d+(\.\w+)$", name)
+    if cut:
+        return f"truncated {_EXTENSIONS[cut.group(1)]}"
+    if flip:
+        return f"bit flip in a {_EXTENSIONS[flip.group(1)]}"
+    if "bomb" in name:
+        return "decompression bomb (header, real)"
+    if rel.startswith("links/"):
+        return "broken link, link loop, FIFO"
+    return "flipped magic byte, text, HTML, zero bytes"
+
+
+@pytest.mark.parametrize("validate", ["full", "fast", "none"])
+def test_validate_modes_let_through_what_the_table_says(corpus: Corpus, tmp_path: Path, validate: str) -> None:
+    """--validate fast/none check less: exactly the table's damaged inputs are stored, no good file
+    is lost (except, in fast, PNGs without their IEND end chunk), and verify --deep finds every
+    damaged sample that was stored."""
+    dst = tmp_path / "out"
+    shardkit.convert(str(corpus.root), str(dst), validate=validate, samples_per_shard=16, quiet=True)
+    skipped = _skipped(dst)
+    kinds = {kind: [0, 0] for kind in LET_THROUGH}
+    for rel in corpus.bad:
+        kinds[_damage_kind(rel)][1] += 1
+        kinds[_damage_kind(rel)][0] += rel not in skipped
+    assert {kind: f"{through}/{total}" for kind, (through, total) in kinds.items()} == \
+        {kind: row[validate] for kind, row in LET_THROUGH.items()}
+    lost = [rel for rel in corpus.good if rel in skipped]
+    assert all(rel.endswith(".png") and b"IEND" not in (corpus.root / rel).read_bytes() for rel in lost), lost
+    assert len(lost) == (1 if validate == "fast" else 0)
+    manifest = json.loads((dst / "manifest.json").read_text())
+    assert manifest["schema"]["codec"]["validate"] == validate
+    stored_bad = sum(through for through, _ in kinds.values())
+    report = shardkit.verify(str(dst), mode="deep", workers=1)
+    assert sum(problem.kind == "sample" for problem in report.problems) == stored_bad
+
+
+def test_reliability_page_shows_the_validate_table() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reliability.md").read_text()
+    for kind, row in LET_THROUGH.items():
+        assert f"| {kind} | {row['full']} | {row['fast']} | {row['none']} |" in page, kind

@@ -63,3 +63,24 @@ def test_more_parts_than_shards_gives_empty_valid_parts(image_tree: Path, tmp_pa
     assert sorted(sizes) == [0, 20, 100]
     report = shardkit.merge([str(tmp_path / f"p{index}") for index in range(3)], str(tmp_path / "all"))
     assert report.num_samples == 120
+
+
+def test_merged_summary_and_skipped_list_equal_a_single_run(tmp_path: Path) -> None:
+    """A tree with inputs skipped by the scan (broken links, a FIFO) and while writing (damaged
+    images), cut into 3 parts: the merge counts each file and each skip once, as one run does."""
+    from tests.faults.corpus import build_corpus
+    corpus = build_corpus(tmp_path / "src")
+    single = tmp_path / "single"
+    shardkit.convert(str(corpus.root), str(single), samples_per_shard=4, quiet=True)
+    parts = [tmp_path / f"part{index}" for index in range(3)]
+    for index, part in enumerate(parts):
+        shardkit.convert(str(corpus.root), str(part), samples_per_shard=4, part=f"{index}/3", quiet=True)
+    merged = tmp_path / "merged"
+    shardkit.merge([str(part) for part in parts], str(merged))
+    one = shardkit.open_dataset(single).manifest.source["summary"]
+    assert one["skipped"] >= 10 and shardkit.open_dataset(merged).manifest.source["summary"] == one
+    lines = (single / "skipped.jsonl").read_bytes()
+    assert lines.count(b"\n") == one["skipped"] and (merged / "skipped.jsonl").read_bytes() == lines
+    assert _digests(merged) == _digests(single)
+    # the damaged images are spread over the parts, so each part's own count is smaller
+    assert all(shardkit.open_dataset(part).manifest.source["summary"]["skipped"] < one["skipped"] for part in parts)

@@ -1,0 +1,133 @@
+"""Image-tree conversion at scale: shardkit against plain loops, in one run, warm page cache.
+
+On a generated tree of small JPEGs (default 20,000, about 40-100 px a side), interleaved
+repeats of:
+  * LMDB loop: one process walks the sorted files, reads each and puts it into one LMDB
+    (one write transaction per 1,000 files) — the least a converter can do;
+  * shardkit --validate none, 1 process, --format lmdb;
+  * Pillow decode: one process fully decodes every file (Image.open + load);
+  * shardkit --validate full (draft-mode decode for JPEG), 1 process, --format lmdb;
+  * shardkit --validate fast, 1 process, --format lmdb;
+  * shardkit --validate full with 2 worker processes.
+Each contender's median images/s, and the targets: none >= 0.8x the LMDB loop, full >= 1.5x
+the Pillow decode, 2 workers >= 1.8x 1 worker. Run:
+
+    PYTHONPATH=. python benchmarks/convert_images.py --images 20000 --repeat 3 --tree /tmp/jpegs
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from typing import Callable, Dict, List
+
+import lmdb
+from PIL import Image
+
+import shardkit
+from shardkit.samples import make_image_tree
+
+PER_SHARD = 1000
+
+
+def make_tree(root: str, images: int) -> List[str]:
+    """The JPEG tree (reused when root already holds it); every file's path, sorted."""
+    marker = os.path.join(root, f".complete-{images}")
+    if not os.path.exists(marker):
+        shutil.rmtree(root, ignore_errors=True)
+        make_image_tree(root, num_images=images, sizes=(40, 100), jpeg_fraction=1.0, seed=7)
+        open(marker, "w").close()
+    paths = []
+    for dirpath, _, names in os.walk(root):
+        paths.extend(os.path.join(dirpath, name) for name in names if name.endswith(".jpg"))
+    return sorted(paths)
+
+
+def lmdb_loop(paths: List[str], dst: str) -> None:
+    env = lmdb.open(dst, map_size=1 << 34, subdir=True)
+    for start in range(0, len(paths), PER_SHARD):
+        with env.begin(write=True) as txn:
+            for number, path in enumerate(paths[start:start + PER_SHARD], start):
+                with open(path, "rb") as handle:
+                    txn.put(b"%08d" % number, handle.read())
+    env.sync()
+    env.close()
+
+
+def pillow_decode(paths: List[str], dst: str) -> None:
+    for path in paths:
+        with Image.open(path) as image:
+            image.load()
+
+
+def shardkit_convert(validate: str, workers: int) -> Callable[[List[str], str], None]:
+    def run(paths: List[str], dst: str) -> None:
+        shardkit.convert(ROOT, dst, format="lmdb", samples_per_shard=PER_SHARD, validate=validate,
+                         workers=workers, quiet=True)
+    return run
+
+
+ROOT = ""
+
+
+def main() -> None:
+    global ROOT
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=20000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tree", default=os.path.join(tempfile.gettempdir(), "shardkit-bench-jpegs"))
+    args = parser.parse_args()
+    ROOT = args.tree
+    paths = make_tree(ROOT, args.images)
+    total_bytes = 0
+    for path in paths:                          # warm the page cache
+        with open(path, "rb") as handle:
+            total_bytes += len(handle.read())
+    contenders: Dict[str, Callable[[List[str], str], None]] = {
+        "LMDB loop (1 process)": lmdb_loop,
+        "shardkit --validate none, 1 process": shardkit_convert("none", 1),
+        "Pillow full decode (1 process)": pillow_decode,
+        "shardkit --validate full, 1 process": shardkit_convert("full", 1),
+        "shardkit --validate fast, 1 process": shardkit_convert("fast", 1),
+        "shardkit --validate full, 2 workers": shardkit_convert("full", 2),
+    }
+    seconds: Dict[str, List[float]] = {name: [] for name in contenders}
+    scratch = tempfile.mkdtemp(prefix="shardkit-bench-out-")
+    try:
+        for _ in range(args.repeat):
+            for name, run in contenders.items():
+                dst = os.path.join(scratch, "out")
+                shutil.rmtree(dst, ignore_errors=True)
+                started = time.perf_counter()
+                run(paths, dst)
+                seconds[name].append(time.perf_counter() - started)
+                shutil.rmtree(dst, ignore_errors=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    rate = {name: len(paths) / statistics.median(values) for name, values in seconds.items()}
+    load = os.getloadavg()[0]
+    print(f"{len(paths)} JPEGs, {total_bytes / len(paths) / 1024:.1f} KiB each on average, "
+          f"medians of {args.repeat}, CPUs {len(os.sched_getaffinity(0))}, 1-min load {load:.1f}")
+    print("| contender | median s | images/s |")
+    print("|---|---|---|")
+    for name in contenders:
+        print(f"| {name} | {statistics.median(seconds[name]):.2f} | {rate[name]:,.0f} |")
+    targets = [
+        ("--validate none / LMDB loop", rate["shardkit --validate none, 1 process"]
+         / rate["LMDB loop (1 process)"], 0.8),
+        ("--validate full / Pillow decode", rate["shardkit --validate full, 1 process"]
+         / rate["Pillow full decode (1 process)"], 1.5),
+        ("2 workers / 1 worker (full)", rate["shardkit --validate full, 2 workers"]
+         / rate["shardkit --validate full, 1 process"], 1.8),
+    ]
+    print("\n| target | ratio | needed | met |")
+    print("|---|---|---|---|")
+    for name, ratio, needed in targets:
+        print(f"| {name} | {ratio:.2f} | {needed} | {'yes' if ratio >= needed else 'no'} |")
+
+
+if __name__ == "__main__":
+    main()

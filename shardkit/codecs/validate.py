@@ -1,0 +1,90 @@
+"""How much of an image file is checked before its bytes are stored unchanged (--validate).
+
+  full  every byte decoded (JPEG in draft mode, at 1/8 DCT scale): a file that is stored
+        decodes at read time
+  fast  structure only, no pixel decoding: Pillow parses the header (format, size, mode, the
+        decompression-bomb limit); PNG: Image.verify() reads every chunk, checks its CRC and
+        requires IEND; JPEG: an end-of-image marker (FF D9) after the last start-of-scan
+        marker (FF DA) — entropy-coded data escapes 0xFF, so a truncated scan has none;
+        other formats: Image.verify() (GIF, TIFF, ... check what their plugin checks)
+  none  nothing decoded or parsed: the format is sniffed from the file's first bytes (magic
+        numbers below) and a file of no listed format is skipped
+
+The damaged inputs each mode lets through are listed in docs/reliability.md.
+"""
+from __future__ import annotations
+
+import io
+import warnings
+from typing import Any, Tuple
+
+from ..errors import SampleError, UsageError
+
+VALIDATE_MODES = ("full", "fast", "none")
+DEFAULT_VALIDATE = "full"
+
+#: (Pillow format name, offset, magic bytes) recognised by --validate none.
+MAGIC: Tuple[Tuple[str, int, bytes], ...] = (
+    ("JPEG", 0, b"\xff\xd8\xff"),
+    ("PNG", 0, b"\x89PNG\r\n\x1a\n"),
+    ("GIF", 0, b"GIF87a"),
+    ("GIF", 0, b"GIF89a"),
+    ("WEBP", 8, b"WEBP"),          # after RIFF....: checked with the RIFF tag below
+    ("BMP", 0, b"BM"),
+    ("TIFF", 0, b"II*\x00"),
+    ("TIFF", 0, b"MM\x00*"),
+)
+
+_JPEG_EOI, _JPEG_SOS = b"\xff\xd9", b"\xff\xda"
+
+
+def check_validate(mode: str, image_mode: str) -> str:
+    """The --validate mode, or UsageError (only passthrough stores bytes it did not decode)."""
+    if mode not in VALIDATE_MODES:
+        raise UsageError(f"unknown --validate {mode!r}; choose one of {', '.join(VALIDATE_MODES)}")
+    if mode != DEFAULT_VALIDATE and image_mode != "passthrough":
+        raise UsageError(f"--validate {mode} applies to --image-mode passthrough only; "
+                         f"--image-mode {image_mode} decodes every image to re-encode it")
+    return mode
+
+
+def sniff(data: bytes) -> str:
+    """The format named by the file's magic bytes, or SampleError (--validate none)."""
+    if not data:
+        raise SampleError("empty file (0 bytes)")
+    for name, offset, magic in MAGIC:
+        if data[offset:offset + len(magic)] == magic and (name != "WEBP" or data[:4] == b"RIFF"):
+            return name
+    raise SampleError("not a known image format (its first bytes match no JPEG, PNG, GIF, WebP, BMP "
+                      "or TIFF signature)")
+
+
+def check_structure(data: bytes) -> str:
+    """Header, and end markers or chunk CRCs, without decoding pixels (--validate fast);
+    the format name, or SampleError."""
+    from PIL import Image
+    if not data:
+        raise SampleError("empty file (0 bytes)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image: Any = Image.open(io.BytesIO(data))
+            name = str(image.format or "unknown")
+            if name == "JPEG":
+                if data.rfind(_JPEG_EOI) < data.rfind(_JPEG_SOS) or _JPEG_SOS not in data:
+                    raise SampleError("truncated JPEG (no end-of-image marker after its last scan)")
+            else:
+                image.verify()
+    except SampleError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise SampleError(f"decompression bomb refused ({exc})") from None
+    except Image.UnidentifiedImageError:
+        raise SampleError("not an image Pillow can identify") from None
+    except Exception as exc:  # noqa: BLE001 - Pillow raises many types on damaged data
+        raise SampleError(f"image structure is damaged ({type(exc).__name__}: {exc})") from None
+    return name
+
+
+__all__ = ["DEFAULT_VALIDATE", "MAGIC", "VALIDATE_MODES", "check_structure", "check_validate", "sniff"]

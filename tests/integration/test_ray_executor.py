@@ -1,0 +1,116 @@
+"""--executor ray on a local Ray the tests start: the same bytes as the local executor, a task
+killed mid-shard is retried, and --resume finishes a run whose driver was killed."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+import pytest
+
+import shardkit
+from shardkit.samples import make_image_tree
+from tests.faults.helpers import EPOCH, done_records, start_cli, tree_bytes, wait_for
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'shardkit[ray]')")
+
+
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    """One local Ray for every test here (starting one costs seconds)."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def big_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Large enough images that one shard takes a noticeable time to write."""
+    root = tmp_path_factory.mktemp("ray") / "src"
+    make_image_tree(str(root), num_images=48, sizes=(280, 420), seed=5)
+    return root
+
+
+@pytest.fixture
+def epoch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH["SOURCE_DATE_EPOCH"])
+
+
+def _local(src: Path, dst: Path, per_shard: int) -> Dict[str, bytes]:
+    shardkit.convert(str(src), str(dst), format="hdf5", samples_per_shard=per_shard, workers=1, quiet=True)
+    return tree_bytes(dst)
+
+
+def test_ray_output_is_byte_identical_to_local(ray_address: str, image_tree: Path, tmp_path: Path,
+                                               epoch: None) -> None:
+    expected = _local(image_tree, tmp_path / "local", 16)
+    report = shardkit.convert(str(image_tree), str(tmp_path / "ray"), format="hdf5", samples_per_shard=16,
+                              executor="ray", quiet=True)
+    assert report.num_shards == 8 and report.shards_written == 8
+    assert tree_bytes(tmp_path / "ray") == expected
+
+
+def _ray_task_pids() -> List[int]:
+    """Ray worker processes running a shard task now (Ray titles them after the task)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as handle:
+                    if handle.read().startswith(b"ray::write_shard_task"):
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_task_killed_mid_shard_is_retried(ray_address: str, big_tree: Path, tmp_path: Path, epoch: None) -> None:
+    expected = _local(big_tree, tmp_path / "local", 24)
+    dst = tmp_path / "ray"
+    killed: List[int] = []
+    stop = threading.Event()
+
+    def kill_one_writer() -> None:
+        while not stop.is_set() and not killed:
+            temps = [p for p in (dst / "shards").glob(".*.tmp")] if (dst / "shards").is_dir() else []
+            pids = _ray_task_pids()
+            if temps and pids:           # a shard's temporary file exists: a task is mid-shard
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+            stop.wait(0.002)
+
+    killer = threading.Thread(target=kill_one_writer, daemon=True)
+    killer.start()
+    try:
+        shardkit.convert(str(big_tree), str(dst), format="hdf5", samples_per_shard=24, executor="ray", quiet=True)
+    finally:
+        stop.set()
+        killer.join()
+    assert killed, "no shard task was caught mid-shard"
+    assert tree_bytes(dst) == expected
+
+
+def test_resume_after_the_driver_was_killed(ray_address: str, image_tree: Path, tmp_path: Path, epoch: None) -> None:
+    expected = _local(image_tree, tmp_path / "local", 4)
+    dst = tmp_path / "ray"
+    args = ["convert", image_tree, dst, "--samples-per-shard", 4, "--executor", "ray", "--address", ray_address,
+            "--quiet"]
+    driver: Optional[object] = start_cli(*args, env_extra=EPOCH)
+    try:
+        assert wait_for(lambda: done_records(dst) >= 3, timeout=60), driver.stderr.read()
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.stdout.close()
+        driver.stderr.close()
+    assert not (dst / "manifest.json").exists()
+    report = shardkit.convert(str(image_tree), str(dst), format="hdf5", samples_per_shard=4, executor="ray",
+                              resume=True, quiet=True)
+    assert report.shards_reused >= 3
+    assert tree_bytes(dst) == expected
