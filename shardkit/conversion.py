@@ -123,8 +123,7 @@ def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertR
     options.validate()
     started = time.monotonic()
     src, dst = os.fspath(src), os.fspath(dst)
-    if os.path.realpath(src) == os.path.realpath(dst):
-        raise UsageError(f"{dst}: DST is SRC; write the converted dataset to another folder", path=dst)
+    refuse_nested(src, dst, options.labels)
     Journal(dst).check_unlocked()
     source = open_source(src, options)
     try:
@@ -208,6 +207,25 @@ def _convert_source(source: Source, src: str, dst: str, options: ConvertOptions,
     report.skipped = len(skipped_lines)
     report.warnings = [f"class folder {name!r} holds no image" for name in source.summary().get("empty_classes", [])]
     return report
+
+
+def refuse_nested(src: str, dst: str, labels: Optional[str] = None) -> None:
+    """UsageError when DST is SRC, lies inside SRC, or holds SRC (or the labels CSV), links resolved:
+    a DST inside SRC would become one more class on the next run, and --overwrite of a DST holding
+    SRC would delete the input."""
+    real_dst = os.path.realpath(dst)
+    for role, path in (("SRC", src), ("the labels CSV", labels)):
+        if path is None:
+            continue
+        real = os.path.realpath(path)
+        if real == real_dst:
+            raise UsageError(f"{dst}: DST is {role}; write the converted dataset to another folder", path=dst)
+        if os.path.commonpath([real, real_dst]) == real:
+            raise UsageError(f"{dst}: DST is inside {role} {path}; write the converted dataset outside it",
+                             path=dst)
+        if os.path.commonpath([real, real_dst]) == real_dst:
+            raise UsageError(f"{dst}: DST holds {role} {path}; write the converted dataset to another folder",
+                             path=dst)
 
 
 def _destination_failure(dst: str, exc: OSError) -> ConversionError:
