@@ -10,7 +10,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import (ConversionError, ConversionInterrupted, EmptySourceError,
                      ShardkitError, UsageError)
@@ -18,74 +18,11 @@ from .formats import get_format
 from .interrupt import SigintLatch
 from .journal import Journal, claim_destination, remove_outputs, remove_stale_temps
 from .manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
+from .options import DEFAULT_FORMAT, PlanOptions, RunOptions, split_convert_options
 from .plan import ShardTask, make_tasks
 from .progress import Progress
 from .sink import ShardResult, SinkContext, explain_write_failure, write_shard
 from .sources import Skipped, Source, open_source
-from .units import parse_part, parse_size
-
-DEFAULT_SHARD_SIZE = "256MB"
-
-
-@dataclass
-class ConvertOptions:
-    """Every convert option of the CLI, with its default."""
-
-    format: str = "hdf5"
-    shard_size: Optional[Any] = None
-    samples_per_shard: Optional[int] = None
-    image_mode: str = "passthrough"
-    resize: Optional[int] = None
-    size: Optional[Tuple[int, int]] = None
-    quality: Optional[int] = None
-    background: str = "#ffffff"
-    compression: str = "none"
-    compression_level: Optional[int] = None
-    labels: Optional[str] = None
-    path_column: Optional[str] = None
-    label_column: Optional[str] = None
-    no_labels: bool = False
-    delimiter: Optional[str] = None
-    columns: Optional[Sequence[str]] = None
-    text_columns: Optional[Sequence[str]] = None
-    schema_file: Optional[str] = None
-    readahead: Optional[bool] = None
-    workers: int = 1
-    on_error: str = "skip"
-    max_errors: Optional[int] = None
-    resume: bool = False
-    overwrite: bool = False
-    part: Optional[Any] = None
-    quiet: bool = False
-
-    def validate(self) -> None:
-        """Raise UsageError for contradictory or out-of-range options."""
-        if self.on_error not in ("skip", "fail"):
-            raise UsageError(f"--on-error must be skip or fail, not {self.on_error!r}")
-        if self.workers < 1:
-            raise UsageError("--workers must be at least 1")
-        if self.samples_per_shard is not None and self.samples_per_shard < 1:
-            raise UsageError("--samples-per-shard must be at least 1")
-        if self.max_errors is not None and self.max_errors < 0:
-            raise UsageError("--max-errors must be 0 or more")
-        if self.resume and self.overwrite:
-            raise UsageError("--resume and --overwrite contradict each other")
-        if self.compression_level is not None and self.compression != "gzip":
-            raise UsageError("--compression-level applies to --compression gzip only")
-        if self.compression_level is not None and not 0 <= self.compression_level <= 9:
-            raise UsageError("--compression-level must be between 0 and 9")
-
-    @property
-    def max_shard_bytes(self) -> Optional[int]:
-        if self.shard_size is None and self.samples_per_shard is not None:
-            return None
-        return parse_size(self.shard_size if self.shard_size is not None else DEFAULT_SHARD_SIZE)
-
-    @property
-    def part_tuple(self) -> Optional[Tuple[int, int]]:
-        if self.part is None or isinstance(self.part, tuple):
-            return self.part
-        return parse_part(self.part)
 
 
 @dataclass
@@ -114,68 +51,68 @@ class ConvertReport:
         return data
 
 
-def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertReport:
-    """Convert SRC into a dataset of shards at DST; see ConvertOptions for the keywords."""
-    try:
-        options = ConvertOptions(format=format, **kwargs)
-    except TypeError as exc:
-        raise UsageError(f"convert: {exc}") from None
-    options.validate()
+def convert(src: str, dst: str, format: str = DEFAULT_FORMAT, **kwargs: Any) -> ConvertReport:
+    """Convert SRC into a dataset of shards at DST; the keywords are the fields of the option
+    classes in options.py (PlanOptions, RunOptions and the source kind's class)."""
+    plan, run, source_options = split_convert_options({"format": format, **kwargs})
     started = time.monotonic()
     src, dst = os.fspath(src), os.fspath(dst)
-    refuse_nested(src, dst, options.labels)
+    refuse_nested(src, dst, source_options.get("labels"))
     Journal(dst).check_unlocked()
-    source = open_source(src, options)
+    source = open_source(src, source_options, run)
     try:
-        return _convert_source(source, src, dst, options, started)
+        return _convert_source(source, src, dst, plan, run, started)
     finally:
         source.close()
 
 
-def _convert_source(source: Source, src: str, dst: str, options: ConvertOptions, started: float) -> ConvertReport:
-    fmt = get_format(options.format)
-    schema = dataclasses.replace(source.schema, compression=options.compression,
-                                 compression_level=options.compression_level)
+def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: RunOptions,
+                    started: float) -> ConvertReport:
+    fmt = get_format(plan.format)
+    schema = dataclasses.replace(source.schema, compression=plan.compression,
+                                 compression_level=plan.compression_level)
     fmt.check(schema)
-    ranges = source.plan_ranges(options.max_shard_bytes, options.samples_per_shard)
-    tasks = make_tasks(ranges, options.part_tuple)
+    if plan.readahead is not None and "readahead" not in fmt.reader_options:
+        raise UsageError(f"--readahead/--no-readahead does not apply to {fmt.name} shards")
+    ranges = source.plan_ranges(plan.max_shard_bytes, plan.samples_per_shard)
+    tasks = make_tasks(ranges, plan.part_tuple)
     if not ranges:
         raise EmptySourceError(f"{src}: no input to convert ({_describe_summary(source.summary())})", path=src)
-    plan_fingerprint = _fingerprint(source.fingerprint(), options, schema, ranges, part=None)
-    fingerprint = _fingerprint(source.fingerprint(), options, schema, ranges, part=options.part_tuple)
-    finished = _already_complete(dst, fingerprint, options)
+    plan_fingerprint = _fingerprint(source.fingerprint(), plan, schema, ranges, part=None)
+    fingerprint = _fingerprint(source.fingerprint(), plan, schema, ranges, part=plan.part_tuple)
+    finished = _already_complete(dst, fingerprint, run)
     if finished is not None:
         return _report_for(finished, dst, started, reused=len(finished.shards))
     created_dst = not os.path.lexists(dst)
     try:
-        journal = claim_destination(dst, overwrite=options.overwrite, resume=options.resume)
+        journal = claim_destination(dst, overwrite=run.overwrite, resume=run.resume)
     except OSError as exc:
         if isinstance(exc, ShardkitError):
             raise
         raise _destination_failure(dst, exc) from None
     latch = SigintLatch().__enter__()     # left in the finally below, after the manifest
     try:
-        created = _start_or_resume(journal, fingerprint, options)
+        created = _start_or_resume(journal, fingerprint, run)
         remove_stale_temps(dst)
         done, pending = _split_done(journal, dst, tasks, fmt.extension)
         plan_skipped = source.plan_skipped()
-        if plan_skipped and options.on_error == "fail":
+        if plan_skipped and run.on_error == "fail":
             raise ConversionError(f"{plan_skipped[0].message()} (--on-error fail)", path=plan_skipped[0].path)
         already_skipped = len(plan_skipped) + sum(len(result.skipped) for result in done)
-        if options.max_errors is not None and already_skipped > options.max_errors:
-            raise ConversionError(f"more than {options.max_errors} inputs failed (--max-errors); "
+        if run.max_errors is not None and already_skipped > run.max_errors:
+            raise ConversionError(f"more than {run.max_errors} inputs failed (--max-errors); "
                                   f"first: {_first_skip(done, plan_skipped)}")
         ctx = SinkContext(dst=dst, source=source, format_name=fmt.name, schema=schema,
                           format_options=fmt.default_options(schema, source.estimated_bytes()),
-                          on_error=options.on_error, max_errors=options.max_errors, error_limit=options.max_errors)
-        if options.readahead is not None:
-            ctx.format_options["readahead"] = bool(options.readahead)
-        results = done + _run(ctx, pending, options, already_skipped=already_skipped, latch=latch)
+                          on_error=run.on_error, max_errors=run.max_errors, error_limit=run.max_errors)
+        if plan.readahead is not None:
+            ctx.format_options["readahead"] = bool(plan.readahead)
+        results = done + _run(ctx, pending, run, already_skipped=already_skipped, latch=latch)
         results.sort(key=lambda result: result.shard)
-        manifest = _assemble(results, source, fmt, ctx, created, fingerprint, plan_skipped, options, src)
+        manifest = _assemble(results, source, fmt, ctx, created, fingerprint, plan_skipped, plan.part_tuple, src)
         if manifest.part is not None:
             manifest.part.update(plan_fingerprint=plan_fingerprint, plan_shards=len(ranges))
-        if manifest.num_samples == 0 and (tasks or options.part_tuple is None):
+        if manifest.num_samples == 0 and (tasks or plan.part_tuple is None):
             raise EmptySourceError(f"{src}: no usable sample; every input was skipped "
                                    f"(first: {_first_skip(results, plan_skipped)})", path=src)
         skipped_lines = [item.to_dict() for item in plan_skipped]
@@ -234,18 +171,18 @@ def _destination_failure(dst: str, exc: OSError) -> ConversionError:
     return ConversionError(f"{where}: cannot write {explain_write_failure(exc, Path(where).parent)}", path=where)
 
 
-def _fingerprint(source_fp: str, options: ConvertOptions, schema: Any, ranges: List[Tuple[int, int]],
+def _fingerprint(source_fp: str, plan: PlanOptions, schema: Any, ranges: List[Tuple[int, int]],
                  part: Optional[Tuple[int, int]]) -> str:
     """Digest of what the output depends on; with part=None it names the whole plan (for merge)."""
-    record = {"source": source_fp, "format": options.format, "schema": schema.to_dict(),
+    record = {"source": source_fp, "format": plan.format, "schema": schema.to_dict(),
               "ranges": ranges, "part": part}
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
-def _already_complete(dst: str, fingerprint: str, options: ConvertOptions) -> Optional[Manifest]:
+def _already_complete(dst: str, fingerprint: str, run: RunOptions) -> Optional[Manifest]:
     """With --resume, a DST already finished from the same plan needs no work."""
     journal = Journal(dst)
-    if not options.resume or not (Path(dst) / MANIFEST_NAME).is_file() or journal.exists():
+    if not run.resume or not (Path(dst) / MANIFEST_NAME).is_file() or journal.exists():
         return None
     manifest = load_manifest(dst)
     if manifest.source.get("fingerprint") != fingerprint:
@@ -257,10 +194,10 @@ def _already_complete(dst: str, fingerprint: str, options: ConvertOptions) -> Op
     return manifest
 
 
-def _start_or_resume(journal: Journal, fingerprint: str, options: ConvertOptions) -> str:
+def _start_or_resume(journal: Journal, fingerprint: str, run: RunOptions) -> str:
     """Record the plan of a fresh run, or check that a resumed run has the same plan."""
     previous = journal.read_plan()
-    if options.resume and previous is not None:
+    if run.resume and previous is not None:
         if previous.get("fingerprint") != fingerprint:
             raise UsageError(f"{journal.root.parent}: SRC or options differ from the interrupted run; "
                              "resume with the same ones, or use --overwrite to start over",
@@ -301,7 +238,7 @@ def _split_done(journal: Journal, dst: str, tasks: List[ShardTask],
     return done, pending
 
 
-def _run(ctx: SinkContext, tasks: List[ShardTask], options: ConvertOptions, already_skipped: int,
+def _run(ctx: SinkContext, tasks: List[ShardTask], options: RunOptions, already_skipped: int,
          latch: SigintLatch) -> List[ShardResult]:
     """Write the pending shards, in this process or in worker processes, with a progress bar.
 
@@ -348,7 +285,7 @@ def _run(ctx: SinkContext, tasks: List[ShardTask], options: ConvertOptions, alre
 
 
 def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContext, created: str,
-              fingerprint: str, plan_skipped: List[Skipped], options: ConvertOptions, src: str) -> Manifest:
+              fingerprint: str, plan_skipped: List[Skipped], part: Optional[Tuple[int, int]], src: str) -> Manifest:
     entries: List[ShardEntry] = []
     first = 0
     tags: Dict[str, int] = {}
@@ -364,7 +301,6 @@ def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContex
         "bytes": sum(result.source_bytes for result in results),
         "detected": dict(sorted(tags.items())),
     })
-    part = options.part_tuple
     from . import __version__
     return Manifest(format_name=fmt.name, format_version=fmt.version, schema=ctx.schema, shards=entries,
                     classes=list(source.classes),
@@ -403,4 +339,4 @@ def _report_for(manifest: Manifest, dst: str, started: float, reused: int) -> Co
                          seconds=time.monotonic() - started)
 
 
-__all__ = ["ConvertOptions", "ConvertReport", "ShardkitError", "convert"]
+__all__ = ["ConvertReport", "ShardkitError", "convert"]

@@ -15,11 +15,14 @@ from .formats.base import ShardReader
 from .handles import HANDLES
 from .integrity import hash_file
 from .manifest import Manifest, load_manifest
+from .options import refuse_unknown
 from .records import Encoded
 
 
 #: What a format's library may raise on a damaged file that its own checks did not catch;
 #: the read side reports it as CorruptShardError / CorruptSampleError, never as itself.
+#: The keywords of ShardDataset itself (suggested when a format option is misspelt).
+DATASET_OPTIONS = ("decode", "transform", "target_transform", "verify_checksums", "max_open_shards", "as_dict")
 _READ_FAILURES = (OSError, ValueError, KeyError, IndexError, RuntimeError, TypeError, EOFError)
 
 
@@ -46,6 +49,8 @@ class ShardDataset(torch.utils.data.Dataset):
         if self.manifest.format_version > fmt.version:
             raise ManifestError(f"{self.root}: {fmt.name} format version {self.manifest.format_version} is newer "
                                 f"than this shardkit reads ({fmt.version}); upgrade shardkit", path=self.root)
+        refuse_unknown(format_options, fmt.reader_options, f"open_dataset ({fmt.name})",
+                       also=DATASET_OPTIONS)
         if max_open_shards < 1:
             raise UsageError("max_open_shards must be at least 1")
         if verify_checksums not in (False, True, "full"):

@@ -20,6 +20,11 @@ class UsageError(ShardkitError, ValueError):
     exit_code = 2
 
 
+class UnknownOptionError(UsageError, TypeError):
+    """A keyword no option class knows (a misspelt option is never ignored); a TypeError too, as
+    Python raises for an unexpected keyword argument."""
+
+
 class NotADatasetError(UsageError, FileNotFoundError):
     """A path that should hold a shardkit dataset (a manifest.json) does not."""
 

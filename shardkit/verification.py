@@ -57,6 +57,8 @@ def verify(dst: str, mode: str = "full", workers: int = 1, quiet: bool = True) -
     """Check DST against its manifest; NotADatasetError if DST has no manifest at all."""
     if mode not in MODES:
         raise UsageError(f"unknown verify mode {mode!r}; choose quick, full or deep")
+    if workers < 1:
+        raise UsageError("--workers must be at least 1")
     dst = os.fspath(dst)
     report = VerifyReport(dst=dst, mode=mode)
     try:

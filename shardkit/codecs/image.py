@@ -19,6 +19,7 @@ from typing import Any, Dict, FrozenSet, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import SampleError, UsageError
+from ..options import DEFAULT_BACKGROUND, DEFAULT_IMAGE_MODE
 from ..records import Payload
 from ..schema import LAYOUT_ARRAY, LAYOUT_BYTES, SampleSchema
 
@@ -28,7 +29,6 @@ IMAGE_MODES = ("passthrough", "jpeg", "png", "webp", "raw")
 REENCODE_MODES = ("jpeg", "png", "webp")
 LOSSY_MODES = ("jpeg", "webp")
 DEFAULT_QUALITY = 90
-DEFAULT_BACKGROUND = "#ffffff"
 #: Largest --resize / --size side (WebP's limit is 16383; larger training images are unusual).
 MAX_SIDE = 16384
 #: Resampling filter of --resize and of raw mode's resize (Pillow's Lanczos, antialiased).
@@ -173,7 +173,7 @@ def fit(image: Any, height: int, width: int) -> Any:
 class ImageCodec:
     """One image mode with its options; encode() turns a file's bytes into a payload."""
 
-    mode: str = "passthrough"
+    mode: str = DEFAULT_IMAGE_MODE
     resize: Optional[int] = None                    # jpeg/png/webp: shorter side
     size: Optional[Tuple[int, int]] = None          # raw: (H, W)
     quality: Optional[int] = None                   # jpeg/webp
@@ -258,7 +258,7 @@ class ImageCodec:
         return out.getvalue()
 
 
-def make_image_codec(mode: str = "passthrough", *, resize: Optional[int] = None,
+def make_image_codec(mode: str = DEFAULT_IMAGE_MODE, *, resize: Optional[int] = None,
                      size: Optional[Sequence[int]] = None, quality: Optional[int] = None,
                      background: Any = DEFAULT_BACKGROUND) -> ImageCodec:
     """The codec for --image-mode and its options; UsageError for contradictory options."""

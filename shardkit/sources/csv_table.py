@@ -27,6 +27,7 @@ import numpy as np
 
 from ..codecs.tabular import Column, EncodedBatch, TabularCodec
 from ..errors import EmptySourceError, SourceError, UsageError
+from ..options import RunOptions, TabularOptions
 from .base import Converted, ConvertedRun, Outcome, Skipped, Source
 from .csv_read import Chunk, normalize_delimiter
 from .csv_parse import ParsedTable, chunk_vectors, parse_files
@@ -43,6 +44,7 @@ class CsvTableSource(Source):
     """Rows of CSV files as tabular samples (see docs/csv.md)."""
 
     kind = "csv"
+    options_class = TabularOptions
 
     def __init__(self, files: List[CsvFile], codec: TabularCodec, delimiter: str, summary: Dict[str, Any],
                  skipped: List[Skipped], parsed: Optional[ParsedTable] = None) -> None:
@@ -73,19 +75,20 @@ class CsvTableSource(Source):
 
     # ---- scanning -------------------------------------------------------------------
     @classmethod
-    def scan(cls, src: str, options: Any) -> "CsvTableSource":
+    def claims(cls, src: str, source_options: Dict[str, Any]) -> bool:
+        if os.path.isfile(src):
+            return is_csv_path(src)
+        return not source_options.get("labels") and holds_csv_tree(src)
+
+    @classmethod
+    def open(cls, src: str, options: TabularOptions, run: RunOptions) -> "CsvTableSource":
         """Read headers, infer the schema from a sample, then stream every file once (see module doc)."""
-        label_name = getattr(options, "label_column", None)
-        no_labels = bool(getattr(options, "no_labels", False))
-        if getattr(options, "labels", None):
-            raise UsageError("--labels belongs to image trees; name the target column of a CSV with --label-column")
-        if no_labels and label_name:
-            raise UsageError("--label-column and --no-labels contradict each other")
-        if not no_labels and not label_name:
+        label_name = options.label_column
+        if not options.no_labels and not label_name:
             raise UsageError(f"{src}: name the target column of the CSV rows with --label-column COLUMN, "
                              "or pass --no-labels")
-        overrides = load_schema_file(getattr(options, "schema_file", None))
-        files, skipped, found, delimiter = read_heads(src, normalize_delimiter(getattr(options, "delimiter", None)))
+        overrides = load_schema_file(options.schema_file)
+        files, skipped, found, delimiter = read_heads(src, normalize_delimiter(options.delimiter))
         stored, text_columns = select(files, options, label_name, overrides)
         sample_columns, sample_labels, sampled = sample(files, stored, label_name, delimiter)
         columns = [overrides.columns[name] if name in overrides.columns else
@@ -99,12 +102,12 @@ class CsvTableSource(Source):
         for item in files:                    # fields in the codec's order: features, then text columns
             position = {name: index for index, name in enumerate(item.head.header)}
             item.indices = [position[column.name] for column in codec.columns]
-        quiet = bool(getattr(options, "quiet", False))
+        quiet = run.quiet
         parsed = None
         if codec.all_numeric:
             count_all(files, delimiter, quiet)
         else:
-            parsed = parse_files(files, codec, delimiter, int(getattr(options, "workers", 1) or 1), quiet, src)
+            parsed = parse_files(files, codec, delimiter, run.workers, quiet, src)
             codec = parsed.codec
         total = sum(item.rows for item in files)
         if total == 0:

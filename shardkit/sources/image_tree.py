@@ -10,8 +10,9 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..codecs.image import DEFAULT_BACKGROUND, ImageCodec, image_extensions, make_image_codec
+from ..codecs.image import ImageCodec, image_extensions, make_image_codec
 from ..errors import SampleError, SourceError, UsageError
+from ..options import ImageOptions, RunOptions
 from ..records import Encoded
 from .base import Converted, Outcome, Skipped, Source
 
@@ -45,6 +46,7 @@ class ImageTreeSource(Source):
     """Image files below a folder, each one sample; labels from folders, a CSV, or none."""
 
     kind = "image_tree"
+    options_class = ImageOptions
 
     def __init__(self, root: str, paths: List[str], labels: np.ndarray, classes: List[str],
                  codec: ImageCodec, labeled: bool, summary: Dict[str, Any], skipped: List[Skipped],
@@ -61,24 +63,25 @@ class ImageTreeSource(Source):
 
     # ---- scanning -------------------------------------------------------------------
     @classmethod
-    def scan(cls, root: str, options: Any) -> "ImageTreeSource":
-        """Find the items of root according to the label options."""
-        codec = make_image_codec(**_codec_options(options))
+    def claims(cls, src: str, source_options: Dict[str, Any]) -> bool:
+        return os.path.isdir(src)
+
+    @classmethod
+    def open(cls, src: str, options: ImageOptions, run: RunOptions) -> "ImageTreeSource":
+        """Find the items of src according to the label options."""
+        root = src
+        codec = make_image_codec(**options.codec_options())
         extensions = image_extensions()
         all_files = sorted(walk_files(root), key=_sort_key)
         images = [rel for rel in all_files if os.path.splitext(rel)[1].lower() in extensions]
         summary: Dict[str, Any] = {"files_seen": len(all_files), "image_files": len(images),
                                    "other_files": len(all_files) - len(images)}
-        labels_file = getattr(options, "labels", None)
-        if getattr(options, "no_labels", False):
-            if labels_file:
-                raise UsageError("--labels and --no-labels contradict each other")
+        if options.no_labels:
             items = [(rel, -1) for rel in images]
             classes: List[str] = []
-        elif labels_file:
+        elif options.labels:
             items, classes, ignored = _items_from_labels_csv(
-                root, labels_file, getattr(options, "path_column", None) or "path",
-                getattr(options, "label_column", None) or "label", set(images))
+                root, options.labels, options.path_column, options.label_column, set(images))
             summary["unlisted_images_ignored"] = ignored
         else:
             items, classes, outside, empty = _items_from_folders(root, images)
@@ -101,7 +104,7 @@ class ImageTreeSource(Source):
             labels.append(label)
             stats.append((stat.st_size, stat.st_mtime_ns))
         return cls(root, paths, np.asarray(labels, dtype=np.int64), classes, codec,
-                   labeled=not getattr(options, "no_labels", False), summary=summary, skipped=skipped,
+                   labeled=not options.no_labels, summary=summary, skipped=skipped,
                    stats=np.asarray(stats, dtype=np.int64).reshape(-1, 2))
 
     # ---- Source interface -------------------------------------------------------------
@@ -169,17 +172,6 @@ def _file_kind(mode: int) -> str:
         if test(mode):
             return word
     return "a special file"
-
-
-def _codec_options(options: Any) -> Dict[str, Any]:
-    """ConvertOptions -> make_image_codec keywords (the codec validates their combination)."""
-    size = getattr(options, "size", None)
-    background = getattr(options, "background", None)
-    return {"mode": getattr(options, "image_mode", "passthrough") or "passthrough",
-            "resize": getattr(options, "resize", None),
-            "size": tuple(size) if size else None,
-            "quality": getattr(options, "quality", None),
-            "background": DEFAULT_BACKGROUND if background is None else background}
 
 
 def _items_from_folders(root: str, images: List[str]) -> Tuple[List[Tuple[str, int]], List[str], int, List[str]]:

@@ -32,7 +32,7 @@ def test_convert_verify_info(image_tree: Path, tmp_path: Path, fmt: str) -> None
 
 @pytest.mark.parametrize("args, message", [
     (["convert", "{missing}", "{dst}"], "no such file or directory"),
-    (["convert", "{tree}", "{dst}", "--format", "zarr"], "unknown format 'zarr'"),
+    (["convert", "{tree}", "{dst}", "--format", "zarr"], "'zarr' is not one of 'hdf5', 'lmdb', 'pt'"),
     (["convert", "{tree}", "{dst}", "--shard-size", "12 parsecs"], "invalid size"),
     (["convert", "{tree}", "{dst}", "--samples-per-shard", "0"], "at least 1"),
     (["convert", "{tree}", "{dst}", "--part", "4/4"], "invalid part"),
@@ -92,5 +92,6 @@ def test_console_entry_point_runs(image_tree: Path, tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "shardkit", "convert", str(image_tree), str(tmp_path / "d"),
                            "--format", "nope"], capture_output=True, text=True)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["error: unknown format 'nope'; choose one of "
-                                                + ", ".join(__import__("shardkit.formats").formats.format_names())]
+    choices = ", ".join(repr(name) for name in __import__("shardkit.formats").formats.format_names())
+    assert done.stderr.strip().splitlines() == [f"error: Invalid value for '--format': 'nope' is not one of "
+                                                f"{choices}. (see shardkit convert --help)"]

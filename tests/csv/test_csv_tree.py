@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import shardkit
-from shardkit.conversion import ConvertOptions
+from shardkit.options import RunOptions
 from shardkit.sources import open_source
 
 
@@ -83,20 +83,20 @@ def test_workers_give_byte_identical_shards(tmp_path, make_csv):
 
 def test_fingerprint_follows_file_changes_and_resume_refuses_them(tmp_path, make_csv):
     src = make_csv("f.csv", ["x", "label"], [[1, 0], [2, 1]])
-    options = ConvertOptions(label_column="label", quiet=True)
-    before = open_source(str(src), options).fingerprint()
-    assert open_source(str(src), options).fingerprint() == before
+    options = {"label_column": "label"}
+    before = open_source(str(src), options, RunOptions(quiet=True)).fingerprint()
+    assert open_source(str(src), options, RunOptions(quiet=True)).fingerprint() == before
     os.utime(src, ns=(1, 1))
-    assert open_source(str(src), options).fingerprint() != before
+    assert open_source(str(src), options, RunOptions(quiet=True)).fingerprint() != before
 
 
 def test_folder_dispatch_rule(tmp_path, make_csv, image_tree):
     make_csv("only/x.csv", ["a", "label"], [[1, 0]])
-    assert open_source(str(tmp_path / "only"), ConvertOptions(label_column="label")).kind == "csv"
-    assert open_source(str(image_tree), ConvertOptions()).kind == "image_tree"
+    assert open_source(str(tmp_path / "only"), {"label_column": "label"}, RunOptions()).kind == "csv"
+    assert open_source(str(image_tree), {}, RunOptions()).kind == "image_tree"
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(shardkit.UsageError, match="csv.gz file"):
-        open_source(str(tmp_path / "notes.txt"), ConvertOptions())
+        open_source(str(tmp_path / "notes.txt"), {}, RunOptions())
 
 
 def test_a_folder_of_header_only_files_is_empty(tmp_path, make_csv):
