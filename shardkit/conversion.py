@@ -21,7 +21,7 @@ from .manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, load_ma
 from .options import DEFAULT_FORMAT, PlanOptions, RunOptions, split_convert_options
 from .plan import ShardTask, make_tasks
 from .progress import Progress
-from .sink import ShardResult, SinkContext, explain_write_failure, write_shard
+from .sink import NOT_WRITABLE, ShardResult, SinkContext, explain_write_failure, write_shard
 from .sources import Skipped, Source, open_source
 
 
@@ -77,7 +77,8 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
     ranges = source.plan_ranges(plan.max_shard_bytes, plan.samples_per_shard)
     tasks = make_tasks(ranges, plan.part_tuple)
     if not ranges:
-        raise EmptySourceError(f"{src}: no input to convert ({_describe_summary(source.summary())})", path=src)
+        raise EmptySourceError(f"{src}: no input to convert ({_describe_summary(source.summary())})"
+                               f"{source.empty_hint()}", path=src)
     plan_fingerprint = _fingerprint(source.fingerprint(), plan, schema, ranges, part=None)
     fingerprint = _fingerprint(source.fingerprint(), plan, schema, ranges, part=plan.part_tuple)
     finished = _already_complete(dst, fingerprint, run)
@@ -165,9 +166,14 @@ def refuse_nested(src: str, dst: str, labels: Optional[str] = None) -> None:
                              path=dst)
 
 
-def _destination_failure(dst: str, exc: OSError) -> ConversionError:
-    """A write outside any shard (DST itself, the journal, skipped.jsonl, the manifest) failed."""
+def _destination_failure(dst: str, exc: OSError) -> ShardkitError:
+    """A write outside any shard (DST itself, the journal, skipped.jsonl, the manifest) failed.
+    A DST that cannot be written at all (read-only, no permission, not a real folder) is a usage
+    error that --resume cannot help."""
     where = exc.filename if isinstance(exc.filename, str) else dst
+    if exc.errno in NOT_WRITABLE:
+        return UsageError(f"{where}: cannot write ({exc.strerror}); DST must be a folder this user can "
+                          "write on a writable file system", path=where)
     return ConversionError(f"{where}: cannot write {explain_write_failure(exc, Path(where).parent)}", path=where)
 
 

@@ -138,6 +138,9 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
 
 
 #: errno values that mean "no room": full disk, file size limit, quota.
+#: errno values that say plainly the place cannot be written (never a full disk).
+NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR,
+                errno.ENAMETOOLONG)
 _NO_ROOM = (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
 #: Free bytes below which a failed write is put down to a full file system.
 NEARLY_FULL = 1 << 20
@@ -157,7 +160,7 @@ def explain_write_failure(exc: BaseException, folder: Path) -> str:
     the file system's free space and this process's file size limit are looked at.
     """
     code, why = _errno_in(exc), ""
-    if code is None:
+    if code is None and not (isinstance(exc, OSError) and exc.errno in NOT_WRITABLE):
         code, why = _room_now(folder)
     if code is None:
         text = str(exc).strip()

@@ -96,6 +96,10 @@ class Source(abc.ABC):
         """Plan-time facts about SRC for the manifest's source summary (files seen, ...)."""
         return {}
 
+    def empty_hint(self) -> str:
+        """What to do when SRC yields no item ("" when there is no better advice)."""
+        return ""
+
     def plan_skipped(self) -> List[Skipped]:
         """Items rejected while scanning (broken links, ...), reported in skipped.jsonl."""
         return []

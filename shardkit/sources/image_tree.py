@@ -114,6 +114,12 @@ class ImageTreeSource(Source):
     def summary(self) -> Dict[str, Any]:
         return dict(self._summary)
 
+    def empty_hint(self) -> str:
+        if self._summary.get("files_outside_class_folders"):
+            return ("; the images are not in class folders (SRC/<class>/...): pass --no-labels for unlabeled "
+                    "samples, or --labels FILE to take labels from a CSV")
+        return ""
+
     def plan_skipped(self) -> List[Skipped]:
         return list(self._skipped)
 
