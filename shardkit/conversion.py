@@ -300,7 +300,13 @@ def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContex
         first += result.num_samples
         for tag, count in result.tags.items():
             tags[tag] = tags.get(tag, 0) + count
+    per_label: Dict[int, int] = {}
+    for result in results:
+        for label, count in result.labels.items():
+            per_label[int(label)] = per_label.get(int(label), 0) + count
     summary = source.summary()
+    if source.classes:
+        summary["samples_per_class"] = {name: per_label.get(number, 0) for number, name in enumerate(source.classes)}
     summary.update({
         "converted": first,
         "skipped": len(plan_skipped) + sum(len(result.skipped) for result in results),

@@ -95,3 +95,25 @@ def test_console_entry_point_runs(image_tree: Path, tmp_path: Path) -> None:
     choices = ", ".join(repr(name) for name in __import__("shardkit.formats").formats.format_names())
     assert done.stderr.strip().splitlines() == [f"error: Invalid value for '--format': 'nope' is not one of "
                                                 f"{choices}. (see shardkit convert --help)"]
+
+
+def test_info_shows_samples_per_class(tmp_path: Path) -> None:
+    from shardkit.samples import make_image_tree
+    src = tmp_path / "src"
+    make_image_tree(str(src), num_images=7, classes=("a", "b"), seed=3)
+    expected = {name: len(list((src / name).rglob("*.*"))) for name in ("a", "b")}
+    dst = tmp_path / "dst"
+    assert run("convert", str(src), str(dst), "-q").exit_code == 0
+    data = json.loads(run("info", str(dst), "--json").output)
+    assert data["samples_per_class"] == [expected["a"], expected["b"]]
+    assert f"a ({expected['a']}), b ({expected['b']})" in run("info", str(dst)).output
+    resharded = tmp_path / "lmdb"
+    assert run("convert", str(dst), str(resharded), "--format", "lmdb", "-q").exit_code == 0
+    assert json.loads(run("info", str(resharded), "--json").output)["samples_per_class"] == data["samples_per_class"]
+
+
+def test_info_of_a_dataset_written_before_counts_were_recorded() -> None:
+    golden = Path(__file__).resolve().parents[1] / "golden" / "hdf5-v1"
+    result = run("info", str(golden))
+    assert result.exit_code == 0 and "2 classes: cat, dog" in result.output
+    assert json.loads(run("info", str(golden), "--json").output)["samples_per_class"] is None
