@@ -191,21 +191,21 @@ class ShardDataset(torch.utils.data.Dataset):
         shard, local = self.locate(index)
         reader = self.reader(shard)
         path = self._paths[shard]
+        where = {"shard": self.manifest.shards[shard].path, "global_index": index}
         try:
             encoded = reader.read(local)
+        except CorruptSampleError as exc:      # found inside the format: add what only the dataset knows
+            exc.shard, exc.global_index = where["shard"], index
+            raise
         except CorruptShardError:
             raise
         except _READ_FAILURES as exc:
-            raise CorruptSampleError(f"{path}: sample {local} (global index {index}) cannot be read "
-                                     f"({type(exc).__name__}: {exc})", path=path,
-                                     shard=self.manifest.shards[shard].path, index=local) from None
+            raise CorruptSampleError(path, local, f"cannot be read ({type(exc).__name__}: {exc})", **where) from None
         if self.verify_checksums and not encoded.crc_ok():
-            raise CorruptSampleError(f"{path}: sample {local} (global index {index}) fails its CRC32 check",
-                                     path=path, shard=self.manifest.shards[shard].path, index=local)
+            raise CorruptSampleError(path, local, "fails its CRC32 check", **where)
         if self.verify_checksums and self._classes and not 0 <= encoded.label < self._classes:
-            raise CorruptSampleError(f"{path}: sample {local} (global index {index}) has label {encoded.label}, "
-                                     f"outside the {self._classes} classes", path=path,
-                                     shard=self.manifest.shards[shard].path, index=local)
+            raise CorruptSampleError(path, local, f"has label {encoded.label}, outside the {self._classes} classes",
+                                     **where)
         return encoded
 
     def __getitem__(self, index: int) -> Any:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .codecs.decode import check_payload_decodes
-from .errors import CorruptShardError, ManifestError, SampleError, UsageError
+from .errors import CorruptSampleError, CorruptShardError, ManifestError, SampleError, UsageError
 from .formats import get_format
 from .integrity import hash_file
 from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, ShardEntry, load_manifest
@@ -155,6 +155,9 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
                 samples += 1
                 try:
                     encoded = reader.read(index)
+                except CorruptSampleError as exc:
+                    problem("sample", f"sample {exc.index}: {exc.problem}", exc.index)
+                    continue
                 except _READ_FAILURES as exc:
                     problem("sample", f"sample {index} cannot be read ({exc})", index)
                     continue

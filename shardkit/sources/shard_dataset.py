@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import CorruptShardError
+from ..errors import CorruptSampleError, CorruptShardError
 from ..formats import ShardReader, get_format
 from ..manifest import Manifest, load_manifest
 from ..options import ReshardOptions, RunOptions
@@ -132,6 +132,9 @@ class ShardDatasetSource(Source):
         entry = self.manifest.shards[shard]
         try:
             stored = reader.read(local)
+        except CorruptSampleError as exc:
+            return Skipped(entry.path, f"sample {local} (index {entry.first_index + local}) cannot be read: "
+                                       f"{exc.problem}")
         except CorruptShardError as exc:
             return Skipped(entry.path, f"sample {local} (index {entry.first_index + local}) cannot be read: "
                                        f"{str(exc).replace(os.path.join(self.root, entry.path) + ': ', '')}")
