@@ -184,6 +184,14 @@ def _items_from_folders(root: str, images: List[str]) -> Tuple[List[Tuple[str, i
     """ImageFolder: classes are the sorted top-level folders (hidden ones excluded)."""
     classes = sorted(entry.name for entry in os.scandir(root)
                      if entry.is_dir() and not entry.name.startswith("."))
+    for name in classes:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = os.fsencode(name).decode("ascii", "backslashreplace")
+            raise SourceError(f"{os.path.join(root, raw)}: class folder name is not UTF-8; class names are "
+                              "stored as text, so rename the folder (e.g. convmv -f latin1 -t utf8)",
+                              path=root) from None
     index = {name: number for number, name in enumerate(classes)}
     items: List[Tuple[str, int]] = []
     outside = 0
