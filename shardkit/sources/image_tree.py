@@ -1,20 +1,20 @@
 """Image trees: ImageFolder layout, a tree plus a labels CSV, or an unlabeled tree."""
 from __future__ import annotations
 
-import csv
 import errno
 import hashlib
 import os
 from stat import S_ISBLK, S_ISCHR, S_ISDIR, S_ISFIFO, S_ISREG, S_ISSOCK
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
 
 from ..codecs.image import ImageCodec, image_extensions, make_image_codec
-from ..errors import SampleError, SourceError, UsageError
+from ..errors import SampleError, SourceError
 from ..options import ImageOptions, RunOptions
 from ..records import Encoded
 from .base import Converted, Outcome, Skipped, Source
+from .labels_csv import read_labels_csv
 
 
 def walk_files(root: str) -> Iterator[str]:
@@ -76,18 +76,20 @@ class ImageTreeSource(Source):
         images = [rel for rel in all_files if os.path.splitext(rel)[1].lower() in extensions]
         summary: Dict[str, Any] = {"files_seen": len(all_files), "image_files": len(images),
                                    "other_files": len(all_files) - len(images)}
+        bad_rows: List[Skipped] = []
         if options.no_labels:
             items = [(rel, -1) for rel in images]
             classes: List[str] = []
         elif options.labels:
-            items, classes, ignored = _items_from_labels_csv(
-                root, options.labels, options.path_column, options.label_column, set(images))
+            items, classes, ignored, bad_rows = read_labels_csv(
+                root, options.labels, options.path_column, options.label_column, options.delimiter, set(images))
             summary["unlisted_images_ignored"] = ignored
+            summary["label_rows_skipped"] = len(bad_rows)
         else:
             items, classes, outside, empty = _items_from_folders(root, images)
             summary["files_outside_class_folders"] = outside
             summary["empty_classes"] = empty
-        skipped: List[Skipped] = []
+        skipped: List[Skipped] = list(bad_rows)
         paths: List[str] = []
         labels: List[int] = []
         stats: List[Tuple[int, int]] = []
@@ -204,46 +206,3 @@ def _items_from_folders(root: str, images: List[str]) -> Tuple[List[Tuple[str, i
         used.add(top)
         items.append((rel, index[top]))
     return items, classes, outside, [name for name in classes if name not in used]
-
-
-def _items_from_labels_csv(root: str, labels_file: str, path_column: str, label_column: str,
-                           images: set) -> Tuple[List[Tuple[str, int]], List[str], int]:
-    """Rows of a labels CSV (path relative to root, label); classes are the sorted labels."""
-    try:
-        with open(labels_file, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
-            header = reader.fieldnames or []
-            for column in (path_column, label_column):
-                if column not in header:
-                    raise UsageError(f"{labels_file}: no column {column!r} (columns: {', '.join(header)})",
-                                     path=labels_file)
-            rows = [(row[path_column], row[label_column], reader.line_num) for row in reader]
-    except OSError as exc:
-        raise UsageError(f"{labels_file}: cannot read labels CSV ({exc.strerror})", path=labels_file) from None
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise SourceError(f"{labels_file}: not a readable UTF-8 CSV ({exc})", path=labels_file) from None
-    names = {label for _, label, _ in rows if label is not None}
-    classes = sorted(names, key=_class_sort_key(names))
-    index = {name: number for number, name in enumerate(classes)}
-    items: Dict[str, int] = {}
-    for path, label, line in rows:
-        if path is None or label is None or path == "" or label == "":
-            raise SourceError(f"{labels_file}:{line}: empty path or label", path=labels_file)
-        rel = os.path.normpath(path).replace(os.sep, "/")
-        if rel.startswith("../") or os.path.isabs(rel):
-            raise SourceError(f"{labels_file}:{line}: path {path!r} is outside SRC", path=labels_file)
-        if rel in items:
-            raise SourceError(f"{labels_file}:{line}: path {path!r} is listed twice", path=labels_file)
-        items[rel] = index[label]
-    ordered = sorted(items.items(), key=lambda item: _sort_key(item[0]))
-    return ordered, classes, len(images - set(items))
-
-
-def _class_sort_key(names: set) -> Optional[Any]:
-    """Integer-looking class names sort numerically ("2" before "10"); others as strings."""
-    try:
-        for name in names:
-            int(name)
-    except ValueError:
-        return None
-    return int
