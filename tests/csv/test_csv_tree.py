@@ -86,8 +86,13 @@ def test_fingerprint_follows_file_changes_and_resume_refuses_them(tmp_path, make
     options = {"label_column": "label"}
     before = open_source(str(src), options, RunOptions(quiet=True)).fingerprint()
     assert open_source(str(src), options, RunOptions(quiet=True)).fingerprint() == before
+    dst = tmp_path / "dst"
+    shardkit.convert(str(src), str(dst), label_column="label", quiet=True)
+    assert shardkit.convert(str(src), str(dst), label_column="label", resume=True, quiet=True).num_samples == 2
     os.utime(src, ns=(1, 1))
     assert open_source(str(src), options, RunOptions(quiet=True)).fingerprint() != before
+    with pytest.raises(shardkit.UsageError, match="made from other input or options"):
+        shardkit.convert(str(src), str(dst), label_column="label", resume=True, quiet=True)
 
 
 def test_folder_dispatch_rule(tmp_path, make_csv, image_tree):
