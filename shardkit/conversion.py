@@ -11,7 +11,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .errors import (ConversionError, ConversionInterrupted, EmptySourceError,
                      ShardkitError, UsageError)
@@ -19,88 +19,11 @@ from .formats import get_format
 from .interrupt import SigintLatch
 from .journal import Journal, claim_destination, remove_outputs, remove_stale_temps
 from .manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
+from .options import DEFAULT_FORMAT, PlanOptions, RunOptions, split_convert_options
 from .plan import ShardTask, make_tasks
 from .progress import Progress
-from .sink import ShardResult, SinkContext, explain_write_failure, reusable_result, write_shard
+from .sink import NOT_WRITABLE, ShardResult, SinkContext, explain_write_failure, reusable_result, write_shard
 from .sources import Skipped, Source, open_source
-from .units import parse_part, parse_size
-from .workers import default_workers
-
-DEFAULT_SHARD_SIZE = "256MB"
-EXECUTORS = ("local", "ray")
-
-
-@dataclass
-class ConvertOptions:
-    """Every convert option of the CLI, with its default."""
-
-    format: str = "hdf5"
-    shard_size: Optional[Any] = None
-    samples_per_shard: Optional[int] = None
-    image_mode: str = "passthrough"
-    resize: Optional[int] = None
-    size: Optional[Tuple[int, int]] = None
-    quality: Optional[int] = None
-    background: str = "#ffffff"
-    validate: str = "full"
-    compression: str = "none"
-    compression_level: Optional[int] = None
-    labels: Optional[str] = None
-    path_column: Optional[str] = None
-    label_column: Optional[str] = None
-    no_labels: bool = False
-    delimiter: Optional[str] = None
-    decimal: Optional[str] = None
-    columns: Optional[Sequence[str]] = None
-    text_columns: Optional[Sequence[str]] = None
-    schema_file: Optional[str] = None
-    readahead: Optional[bool] = None
-    workers: Optional[int] = None          # None: workers.default_workers()
-    executor: str = "local"                # local | ray (ray_executor.py)
-    address: Optional[str] = None          # --executor ray: auto | HOST:PORT; None: a local Ray
-    on_error: str = "skip"
-    max_errors: Optional[int] = None
-    resume: bool = False
-    overwrite: bool = False
-    part: Optional[Any] = None
-    quiet: bool = True         # the Python API is silent; the CLI shows progress unless --quiet
-
-    def __post_init__(self) -> None:
-        if self.workers is None:
-            self.workers = default_workers()
-
-    def check(self) -> None:
-        """Raise UsageError for contradictory or out-of-range options."""
-        if self.on_error not in ("skip", "fail"):
-            raise UsageError(f"--on-error must be skip or fail, not {self.on_error!r}")
-        if self.workers < 1:
-            raise UsageError("--workers must be at least 1")
-        if self.executor not in EXECUTORS:
-            raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, not {self.executor!r}")
-        if self.address is not None and self.executor != "ray":
-            raise UsageError("--address applies to --executor ray only")
-        if self.samples_per_shard is not None and self.samples_per_shard < 1:
-            raise UsageError("--samples-per-shard must be at least 1")
-        if self.max_errors is not None and self.max_errors < 0:
-            raise UsageError("--max-errors must be 0 or more")
-        if self.resume and self.overwrite:
-            raise UsageError("--resume and --overwrite contradict each other")
-        if self.compression_level is not None and self.compression != "gzip":
-            raise UsageError("--compression-level applies to --compression gzip only")
-        if self.compression_level is not None and not 0 <= self.compression_level <= 9:
-            raise UsageError("--compression-level must be between 0 and 9")
-
-    @property
-    def max_shard_bytes(self) -> Optional[int]:
-        if self.shard_size is None and self.samples_per_shard is not None:
-            return None
-        return parse_size(self.shard_size if self.shard_size is not None else DEFAULT_SHARD_SIZE)
-
-    @property
-    def part_tuple(self) -> Optional[Tuple[int, int]]:
-        if self.part is None or isinstance(self.part, tuple):
-            return self.part
-        return parse_part(self.part)
 
 
 @dataclass
@@ -129,91 +52,71 @@ class ConvertReport:
         return data
 
 
-def convert(src: str, dst: str, format: str = "hdf5", **kwargs: Any) -> ConvertReport:
-    """Convert SRC into a dataset of shards at DST; see ConvertOptions for the keywords.
-
-    Args:
-        src: an image tree (`SRC/<class>/**/<image>`), a CSV file or folder of CSVs, or a
-            shardkit dataset (re-shard or change format).
-        dst: the new dataset's folder; it must be empty or absent unless `resume` or `overwrite`.
-        format: "hdf5", "lmdb" or "pt".
-        **kwargs: the CLI's options by their Python names, e.g. `shard_size="256MB"`,
-            `samples_per_shard`, `image_mode`, `compression`, `labels`, `workers`, `on_error`,
-            `max_errors`, `resume`, `overwrite`, `part` and `quiet` (True by default: no progress).
-
-    Returns:
-        A ConvertReport (samples, shards, bytes, skipped inputs, seconds).
-
-    Raises:
-        UsageError: contradictory or invalid options, a missing SRC, or a non-empty DST
-            (DestinationExistsError).
-        SourceError: SRC holds no usable sample (EmptySourceError).
-        ConversionError: the run failed (`on_error="fail"`, `max_errors`, a full disk, ...);
-            finished shards are kept for `resume=True`.
-    """
-    try:
-        options = ConvertOptions(format=format, **kwargs)
-    except TypeError as exc:
-        raise UsageError(f"convert: {exc}") from None
-    options.check()
+def convert(src: str, dst: str, format: str = DEFAULT_FORMAT, **kwargs: Any) -> ConvertReport:
+    """Convert SRC into a dataset of shards at DST; the keywords are the fields of the option
+    classes in options.py (PlanOptions, RunOptions and the source kind's class)."""
+    plan, run, source_options = split_convert_options({"format": format, **kwargs})
     started = time.monotonic()
     src, dst = os.fspath(src), os.fspath(dst)
-    if os.path.realpath(src) == os.path.realpath(dst):
-        raise UsageError(f"{dst}: DST is SRC; write the converted dataset to another folder", path=dst)
+    refuse_nested(src, dst, source_options.get("labels"))
     Journal(dst).check_unlocked()
-    source = open_source(src, options)
+    source = open_source(src, source_options, run)
     try:
-        return _convert_source(source, src, dst, options, started)
+        return _convert_source(source, src, dst, plan, run, started)
     finally:
         source.close()
 
 
-def _convert_source(source: Source, src: str, dst: str, options: ConvertOptions, started: float) -> ConvertReport:
-    fmt = get_format(options.format)
-    schema = dataclasses.replace(source.schema, compression=options.compression,
-                                 compression_level=options.compression_level)
+def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: RunOptions,
+                    started: float) -> ConvertReport:
+    fmt = get_format(plan.format)
+    schema = dataclasses.replace(source.schema, compression=plan.compression,
+                                 compression_level=plan.compression_level)
     fmt.check(schema)
-    ranges = source.plan_ranges(options.max_shard_bytes, options.samples_per_shard)
-    tasks = make_tasks(ranges, options.part_tuple)
+    if plan.readahead is not None and "readahead" not in fmt.reader_options:
+        raise UsageError(f"--readahead/--no-readahead does not apply to {fmt.name} shards")
+    ranges = source.plan_ranges(plan.max_shard_bytes, plan.samples_per_shard)
+    tasks = make_tasks(ranges, plan.part_tuple)
     if not ranges:
-        raise EmptySourceError(f"{src}: no input to convert ({_describe_summary(source.summary())})", path=src)
-    plan_fingerprint = _fingerprint(source.fingerprint(), options, schema, ranges, part=None)
-    fingerprint = _fingerprint(source.fingerprint(), options, schema, ranges, part=options.part_tuple)
-    finished = _already_complete(dst, fingerprint, options)
+        raise EmptySourceError(f"{src}: no input to convert ({_describe_summary(source.summary())})"
+                               f"{source.empty_hint()}", path=src)
+    plan_fingerprint = _fingerprint(source.fingerprint(), plan, schema, ranges, part=None)
+    fingerprint = _fingerprint(source.fingerprint(), plan, schema, ranges, part=plan.part_tuple)
+    finished = _already_complete(dst, fingerprint, run)
     if finished is not None:
         return _report_for(finished, dst, started, reused=len(finished.shards))
     created_dst = not os.path.lexists(dst)
     try:
-        journal = claim_destination(dst, overwrite=options.overwrite, resume=options.resume)
+        journal = claim_destination(dst, overwrite=run.overwrite, resume=run.resume)
     except OSError as exc:
         if isinstance(exc, ShardkitError):
             raise
         raise _destination_failure(dst, exc) from None
     latch = SigintLatch().__enter__()     # left in the finally below, after the manifest
     try:
-        created = _start_or_resume(journal, fingerprint, options)
+        created = _start_or_resume(journal, fingerprint, run)
         remove_stale_temps(dst)
         done, pending = _split_done(journal, dst, tasks, fmt.extension)
         plan_skipped = source.plan_skipped()
-        if plan_skipped and options.on_error == "fail":
+        if plan_skipped and run.on_error == "fail":
             raise ConversionError(f"{plan_skipped[0].message()} (--on-error fail)", path=plan_skipped[0].path)
         already_skipped = len(plan_skipped) + sum(len(result.skipped) for result in done)
-        if options.max_errors is not None and already_skipped > options.max_errors:
-            raise ConversionError(f"more than {options.max_errors} inputs failed (--max-errors); "
+        if run.max_errors is not None and already_skipped > run.max_errors:
+            raise ConversionError(f"more than {run.max_errors} inputs failed (--max-errors); "
                                   f"first: {_first_skip(done, plan_skipped)}")
         ctx = SinkContext(dst=dst, source=source, format_name=fmt.name, schema=schema,
                           format_options=fmt.default_options(schema, source.estimated_bytes()),
-                          on_error=options.on_error, max_errors=options.max_errors, error_limit=options.max_errors)
-        if options.readahead is not None:
-            ctx.format_options["readahead"] = bool(options.readahead)
-        results = done + _run(ctx, pending, options, already_skipped=already_skipped, latch=latch)
+                          on_error=run.on_error, max_errors=run.max_errors, error_limit=run.max_errors)
+        if plan.readahead is not None:
+            ctx.format_options["readahead"] = bool(plan.readahead)
+        results = done + _run(ctx, pending, run, already_skipped=already_skipped, latch=latch)
         results.sort(key=lambda result: result.shard)
-        manifest = _assemble(results, source, fmt, ctx, created, fingerprint, plan_skipped, options, src)
+        manifest = _assemble(results, source, fmt, ctx, created, fingerprint, plan_skipped, plan.part_tuple, src)
         if manifest.part is not None:
             # plan_skipped: skipped.jsonl starts with the scan's skips, the same lines in every part
             manifest.part.update(plan_fingerprint=plan_fingerprint, plan_shards=len(ranges),
                                  plan_skipped=len(plan_skipped))
-        if manifest.num_samples == 0 and (tasks or options.part_tuple is None):
+        if manifest.num_samples == 0 and (tasks or plan.part_tuple is None):
             raise EmptySourceError(f"{src}: no usable sample; every input was skipped "
                                    f"(first: {_first_skip(results, plan_skipped)})", path=src)
         skipped_lines = [item.to_dict() for item in plan_skipped]
@@ -248,24 +151,48 @@ def _convert_source(source: Source, src: str, dst: str, options: ConvertOptions,
     return report
 
 
-def _destination_failure(dst: str, exc: OSError) -> ConversionError:
-    """A write outside any shard (DST itself, the journal, skipped.jsonl, the manifest) failed."""
+def refuse_nested(src: str, dst: str, labels: Optional[str] = None) -> None:
+    """UsageError when DST is SRC, lies inside SRC, or holds SRC (or the labels CSV), links resolved:
+    a DST inside SRC would become one more class on the next run, and --overwrite of a DST holding
+    SRC would delete the input."""
+    real_dst = os.path.realpath(dst)
+    for role, path in (("SRC", src), ("the labels CSV", labels)):
+        if path is None:
+            continue
+        real = os.path.realpath(path)
+        if real == real_dst:
+            raise UsageError(f"{dst}: DST is {role}; write the converted dataset to another folder", path=dst)
+        if os.path.commonpath([real, real_dst]) == real:
+            raise UsageError(f"{dst}: DST is inside {role} {path}; write the converted dataset outside it",
+                             path=dst)
+        if os.path.commonpath([real, real_dst]) == real_dst:
+            raise UsageError(f"{dst}: DST holds {role} {path}; write the converted dataset to another folder",
+                             path=dst)
+
+
+def _destination_failure(dst: str, exc: OSError) -> ShardkitError:
+    """A write outside any shard (DST itself, the journal, skipped.jsonl, the manifest) failed.
+    A DST that cannot be written at all (read-only, no permission, not a real folder) is a usage
+    error that --resume cannot help."""
     where = exc.filename if isinstance(exc.filename, str) else dst
+    if exc.errno in NOT_WRITABLE:
+        return UsageError(f"{where}: cannot write ({exc.strerror}); DST must be a folder this user can "
+                          "write on a writable file system", path=where)
     return ConversionError(f"{where}: cannot write {explain_write_failure(exc, Path(where).parent)}", path=where)
 
 
-def _fingerprint(source_fp: str, options: ConvertOptions, schema: Any, ranges: List[Tuple[int, int]],
+def _fingerprint(source_fp: str, plan: PlanOptions, schema: Any, ranges: List[Tuple[int, int]],
                  part: Optional[Tuple[int, int]]) -> str:
     """Digest of what the output depends on; with part=None it names the whole plan (for merge)."""
-    record = {"source": source_fp, "format": options.format, "schema": schema.to_dict(),
+    record = {"source": source_fp, "format": plan.format, "schema": schema.to_dict(),
               "ranges": ranges, "part": part}
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
-def _already_complete(dst: str, fingerprint: str, options: ConvertOptions) -> Optional[Manifest]:
+def _already_complete(dst: str, fingerprint: str, run: RunOptions) -> Optional[Manifest]:
     """With --resume, a DST already finished from the same plan needs no work."""
     journal = Journal(dst)
-    if not options.resume or not (Path(dst) / MANIFEST_NAME).is_file() or journal.exists():
+    if not run.resume or not (Path(dst) / MANIFEST_NAME).is_file() or journal.exists():
         return None
     manifest = load_manifest(dst)
     if manifest.source.get("fingerprint") != fingerprint:
@@ -277,10 +204,10 @@ def _already_complete(dst: str, fingerprint: str, options: ConvertOptions) -> Op
     return manifest
 
 
-def _start_or_resume(journal: Journal, fingerprint: str, options: ConvertOptions) -> str:
+def _start_or_resume(journal: Journal, fingerprint: str, run: RunOptions) -> str:
     """Record the plan of a fresh run, or check that a resumed run has the same plan."""
     previous = journal.read_plan()
-    if options.resume and previous is not None:
+    if run.resume and previous is not None:
         if previous.get("fingerprint") != fingerprint:
             raise UsageError(f"{journal.root.parent}: SRC or options differ from the interrupted run; "
                              "resume with the same ones, or use --overwrite to start over",
@@ -319,7 +246,7 @@ def _split_done(journal: Journal, dst: str, tasks: List[ShardTask],
     return done, pending
 
 
-def _run(ctx: SinkContext, tasks: List[ShardTask], options: ConvertOptions, already_skipped: int,
+def _run(ctx: SinkContext, tasks: List[ShardTask], options: RunOptions, already_skipped: int,
          latch: SigintLatch) -> List[ShardResult]:
     """Write the pending shards, in this process or in worker processes, with a progress bar.
 
@@ -364,7 +291,7 @@ def _run(ctx: SinkContext, tasks: List[ShardTask], options: ConvertOptions, alre
     return results
 
 
-def _executor(options: ConvertOptions) -> Callable[..., None]:
+def _executor(options: RunOptions) -> Callable[..., None]:
     """run(ctx, tasks, on_result, on_progress) writing shards outside this process: spawned local
     workers (parallel.py) or Ray tasks (ray_executor.py), both through the same sink."""
     if options.executor == "ray":
@@ -375,7 +302,7 @@ def _executor(options: ConvertOptions) -> Callable[..., None]:
 
 
 def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContext, created: str,
-              fingerprint: str, plan_skipped: List[Skipped], options: ConvertOptions, src: str) -> Manifest:
+              fingerprint: str, plan_skipped: List[Skipped], part: Optional[Tuple[int, int]], src: str) -> Manifest:
     entries: List[ShardEntry] = []
     first = 0
     tags: Dict[str, int] = {}
@@ -384,14 +311,19 @@ def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContex
         first += result.num_samples
         for tag, count in result.tags.items():
             tags[tag] = tags.get(tag, 0) + count
+    per_label: Dict[int, int] = {}
+    for result in results:
+        for label, count in result.labels.items():
+            per_label[int(label)] = per_label.get(int(label), 0) + count
     summary = source.summary()
+    if source.classes:
+        summary["samples_per_class"] = {name: per_label.get(number, 0) for number, name in enumerate(source.classes)}
     summary.update({
         "converted": first,
         "skipped": len(plan_skipped) + sum(len(result.skipped) for result in results),
         "bytes": sum(result.source_bytes for result in results),
         "detected": dict(sorted(tags.items())),
     })
-    part = options.part_tuple
     from . import __version__
     return Manifest(format_name=fmt.name, format_version=fmt.version, schema=ctx.schema, shards=entries,
                     classes=list(source.classes),
@@ -430,4 +362,4 @@ def _report_for(manifest: Manifest, dst: str, started: float, reused: int) -> Co
                          seconds=time.monotonic() - started)
 
 
-__all__ = ["ConvertOptions", "ConvertReport", "ShardkitError", "convert"]
+__all__ = ["ConvertReport", "ShardkitError", "convert"]

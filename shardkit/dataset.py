@@ -15,11 +15,14 @@ from .formats.base import ShardReader
 from .handles import HANDLES
 from .integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
 from .manifest import Manifest, load_manifest
+from .options import refuse_unknown
 from .records import Encoded
 
 
 #: What a format's library may raise on a damaged file that its own checks did not catch;
 #: the read side reports it as CorruptShardError / CorruptSampleError, never as itself.
+#: The keywords of ShardDataset itself (suggested when a format option is misspelt).
+DATASET_OPTIONS = ("decode", "transform", "target_transform", "verify_checksums", "max_open_shards", "as_dict")
 _READ_FAILURES = (OSError, ValueError, KeyError, IndexError, RuntimeError, TypeError, EOFError)
 
 
@@ -46,6 +49,8 @@ class ShardDataset(torch.utils.data.Dataset):
         if self.manifest.format_version > fmt.version:
             raise ManifestError(f"{self.root}: {fmt.name} format version {self.manifest.format_version} is newer "
                                 f"than this shardkit reads ({fmt.version}); upgrade shardkit", path=self.root)
+        refuse_unknown(format_options, fmt.reader_options, f"open_dataset ({fmt.name})",
+                       also=DATASET_OPTIONS)
         if max_open_shards < 1:
             raise UsageError("max_open_shards must be at least 1")
         if verify_checksums not in (False, True, "full"):
@@ -190,21 +195,21 @@ class ShardDataset(torch.utils.data.Dataset):
         shard, local = self.locate(index)
         reader = self.reader(shard)
         path = self._paths[shard]
+        where = {"shard": self.manifest.shards[shard].path, "global_index": index}
         try:
             encoded = reader.read(local)
+        except CorruptSampleError as exc:      # found inside the format: add what only the dataset knows
+            exc.shard, exc.global_index = where["shard"], index
+            raise
         except CorruptShardError:
             raise
         except _READ_FAILURES as exc:
-            raise CorruptSampleError(f"{path}: sample {local} (global index {index}) cannot be read "
-                                     f"({type(exc).__name__}: {exc})", path=path,
-                                     shard=self.manifest.shards[shard].path, index=local) from None
+            raise CorruptSampleError(path, local, f"cannot be read ({type(exc).__name__}: {exc})", **where) from None
         if self.verify_checksums and not encoded.crc_ok():
-            raise CorruptSampleError(f"{path}: sample {local} (global index {index}) fails its CRC32 check",
-                                     path=path, shard=self.manifest.shards[shard].path, index=local)
+            raise CorruptSampleError(path, local, "fails its CRC32 check", **where)
         if self.verify_checksums and self._classes and not 0 <= encoded.label < self._classes:
-            raise CorruptSampleError(f"{path}: sample {local} (global index {index}) has label {encoded.label}, "
-                                     f"outside the {self._classes} classes", path=path,
-                                     shard=self.manifest.shards[shard].path, index=local)
+            raise CorruptSampleError(path, local, f"has label {encoded.label}, outside the {self._classes} classes",
+                                     **where)
         return encoded
 
     def __getitem__(self, index: int) -> Any:

@@ -27,16 +27,22 @@ def run_demo(workdir: Optional[str], format_name: str = "hdf5", images: int = 40
     import torch.utils.data
 
     import shardkit
+    from .errors import UsageError
     from .samples import make_image_tree
-    src, dst = os.path.join(workdir, "images"), os.path.join(workdir, f"dataset-{format_name}")
-    echo(f"1/4 drawing {images} sample images (JPEG and PNG, 4 classes, odd sizes) in {src}")
-    if not os.path.isdir(src):
+    if images < 1:
+        raise UsageError(f"--images must be at least 1, not {images}")
+    # One tree per size: a folder reused with another --images never converts the old tree.
+    src, dst = os.path.join(workdir, f"images-{images}"), os.path.join(workdir, f"dataset-{format_name}")
+    if os.path.isdir(src):
+        echo(f"1/4 reusing the {images} sample images drawn earlier in {src}")
+    else:
+        echo(f"1/4 drawing {images} sample images (JPEG and PNG, 4 classes, odd sizes) in {src}")
         make_image_tree(src, images)
     echo(f"2/4 shardkit convert {src} {dst} --format {format_name} --samples-per-shard 64 --workers 2")
     report = shardkit.convert(src, dst, format=format_name, samples_per_shard=64, workers=2, overwrite=True)
     echo(f"    {report.num_samples} samples in {report.num_shards} shards, {report.skipped} skipped, "
          f"{report.samples_per_second:.0f} samples/s")
-    echo(f"3/4 shardkit verify {dst}")
+    echo(f"3/4 shardkit verify {dst} --deep")
     verified = shardkit.verify(dst, mode="deep")
     echo(f"    {'OK' if verified.ok else 'FAILED'}: {verified.shards_checked} shards, "
          f"{verified.samples_checked} samples checked")

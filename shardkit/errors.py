@@ -1,7 +1,7 @@
 """The ShardkitError tree: every expected failure owns a one-line message and an exit code."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 
 class ShardkitError(Exception):
@@ -18,6 +18,11 @@ class UsageError(ShardkitError, ValueError):
     """The command was asked to do something it cannot (bad option, wrong kind of path)."""
 
     exit_code = 2
+
+
+class UnknownOptionError(UsageError, TypeError):
+    """A keyword no option class knows (a misspelt option is never ignored); a TypeError too, as
+    Python raises for an unexpected keyword argument."""
 
 
 class NotADatasetError(UsageError, FileNotFoundError):
@@ -71,10 +76,29 @@ class CorruptShardError(ShardkitError, OSError):
 
 
 class CorruptSampleError(CorruptShardError):
-    """One sample's bytes do not match the CRC32 stored with them."""
+    """One sample cannot be trusted: its record is damaged, it fails its CRC32 check, or its
+    label is out of range. Found inside a format, it names the shard file and local index; the
+    dataset adds the manifest's shard path and the global index. Like click's exceptions, the
+    message is built from these fields whenever it is shown."""
 
-    def __init__(self, message: str, *, path: Optional[str] = None, shard: Optional[str] = None,
-                 index: Optional[int] = None) -> None:
-        super().__init__(message, path=path)
-        self.shard = shard
+    def __init__(self, path: str, index: int, problem: str, *, shard: Optional[str] = None,
+                 global_index: Optional[int] = None) -> None:
         self.index = index
+        self.problem = problem
+        self.shard = shard
+        self.global_index = global_index
+        super().__init__(problem, path=path)
+
+    def format_message(self) -> str:
+        """'<file>: sample <local> (global index <i>): <problem>'."""
+        where = f"sample {self.index}" + (f" (global index {self.global_index})" if self.global_index is not None
+                                          else "")
+        return f"{self.path}: {where}: {self.problem}"
+
+    def __str__(self) -> str:
+        return self.format_message()
+
+    def __reduce__(self) -> Any:
+        """Pickles with its fields (worker processes send it to their parent)."""
+        return (self.__class__, (self.path, self.index, self.problem),
+                {"shard": self.shard, "global_index": self.global_index})

@@ -1,7 +1,7 @@
 """info(): what a dataset holds, from its manifest alone (fast: no shard is opened)."""
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 from .manifest import load_manifest
 from .units import format_size
@@ -10,7 +10,7 @@ from .units import format_size
 def info(dst: str) -> Dict[str, Any]:
     """A summary dict of DST: format, samples, shards, bytes, schema, classes, source."""
     manifest = load_manifest(dst)
-    return {
+    data = {
         "dst": dst,
         "format": manifest.format_name,
         "format_version": manifest.format_version,
@@ -24,6 +24,24 @@ def info(dst: str) -> Dict[str, Any]:
         "source": manifest.source,
         "part": manifest.part,
     }
+    data["samples_per_class"] = samples_per_class(data)
+    return data
+
+
+def samples_per_class(data: Dict[str, Any]) -> Optional[List[int]]:
+    """Samples of each class, in label order, as recorded at conversion; None for a dataset
+    written before shardkit recorded them."""
+    counts = data["source"].get("summary", {}).get("samples_per_class")
+    if not isinstance(counts, dict):
+        return None
+    return [int(counts.get(name, 0)) for name in data["classes"]]
+
+
+def _with_counts(data: Dict[str, Any]) -> List[str]:
+    counts = samples_per_class(data)
+    if counts is None:
+        return list(data["classes"])
+    return [f"{name} ({count})" for name, count in zip(data["classes"], counts)]
 
 
 def render_info(data: Dict[str, Any]) -> str:
@@ -38,14 +56,15 @@ def render_info(data: Dict[str, Any]) -> str:
         + (f" {schema['dtype']}{tuple(schema['shape'])}" if schema["layout"] == "array" else "")
         + (f" ({codec})" if codec else "") + f", compression {schema['compression']}",
         f"labels       {'yes' if schema['labeled'] else 'no'}; {len(data['classes'])} classes"
-        + (f": {', '.join(data['classes'][:10])}{' ...' if len(data['classes']) > 10 else ''}"
+        + (f": {', '.join(_with_counts(data)[:10])}{' ...' if len(data['classes']) > 10 else ''}"
            if data["classes"] else ""),
         f"created      {data['created']}",
     ]
     summary = data["source"].get("summary", {})
     if summary:
         lines.append(f"source       {data['source'].get('kind')} {data['source'].get('path')}")
-        facts = [f"{k.replace('_', ' ')} {v}" for k, v in summary.items() if isinstance(v, (int, dict)) and v != {}]
+        facts = [f"{k.replace('_', ' ')} {v}" for k, v in summary.items()
+                 if isinstance(v, (int, dict)) and v != {} and k != "samples_per_class"]
         lines.append("             " + ", ".join(facts))
     if data.get("part"):
         lines.append(f"part         {data['part']['index']}/{data['part']['count']}")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .errors import ManifestError, NotADatasetError
-from .integrity import HASH_ALGORITHM, PathLike, atomic_write_json, json_bytes
+from .integrity import HASH_ALGORITHM, PathLike, atomic_write_json
 from .schema import SampleSchema
 
 MANIFEST_NAME = "manifest.json"
@@ -111,16 +111,21 @@ class Manifest:
         """Parse and check a manifest dict: version gate, self-checksum, consistent shards."""
         if not isinstance(data, dict):
             raise ManifestError(f"{where}: not a JSON object")
-        version = data.get("manifest_version")
-        if not isinstance(version, int):
+        if "manifest_version" not in data:
             raise ManifestError(f"{where}: missing manifest_version")
+        version = data["manifest_version"]
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise ManifestError(f"{where}: manifest_version must be a whole number, not "
+                                f"{type(version).__name__} {version!r}")
+        if version < 1:
+            raise ManifestError(f"{where}: manifest_version {version} is invalid (versions start at 1)")
         if version > MANIFEST_VERSION:
             raise ManifestError(f"{where}: manifest version {version} is newer than this shardkit reads "
                                 f"({MANIFEST_VERSION}); upgrade shardkit")
         body = {key: value for key, value in data.items() if key != "manifest_sha256"}
         if data.get("manifest_sha256") != _body_checksum(body):
-            raise ManifestError(f"{where}: manifest checksum does not match its content "
-                                "(the file was edited or damaged)")
+            raise ManifestError(f"{where}: manifest content does not match its manifest_sha256 "
+                                "(a value was edited or damaged; spacing and key order do not matter)")
         try:
             fmt = data["format"]
             manifest = cls(
@@ -159,11 +164,6 @@ class Manifest:
 def _body_checksum(body: Dict[str, Any]) -> str:
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def canonical_bytes(data: Dict[str, Any]) -> bytes:
-    """The exact bytes Manifest.save writes for this manifest dict."""
-    return json_bytes(data)
 
 
 def manifest_path(dst: PathLike) -> Path:

@@ -18,6 +18,7 @@ from .integrity import durable_replace, hash_file, hash_shard_file, temp_path
 from .journal import Journal
 from .manifest import SHARDS_DIR
 from .plan import ShardTask
+from .records import NO_LABEL, EncodedRows
 from .schema import SampleSchema
 from .sources.base import ConvertedRun, Skipped, Source
 
@@ -52,6 +53,8 @@ class ShardResult:
     source_bytes: int = 0
     skipped: List[Dict[str, Any]] = field(default_factory=list)
     tags: Dict[str, int] = field(default_factory=dict)
+    #: samples per label (JSON keys, so strings); unlabeled samples are not counted
+    labels: Dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, Any]:
         return dict(self.__dict__)
@@ -105,6 +108,7 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
     tmp = temp_path(final)
     skipped: List[Skipped] = []
     tags: Counter = Counter()
+    labels: Counter = Counter()
     count = source_bytes = 0
     try:
         _unlink_quietly(tmp)
@@ -129,6 +133,8 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
                 except Exception as exc:  # noqa: BLE001 - see the docstring
                     raise write_failure(final, task, exc) from None
                 count += len(outcome.samples)
+                labels.update(outcome.samples.labels if isinstance(outcome.samples, EncodedRows)
+                              else [sample.label for sample in outcome.samples])
                 source_bytes += outcome.source_bytes
                 if progress:
                     progress(len(outcome.samples), outcome.source_bytes)
@@ -138,6 +144,7 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
             except Exception as exc:  # noqa: BLE001 - see the docstring
                 raise write_failure(final, task, exc) from None
             count += 1
+            labels[outcome.sample.label] += 1
             source_bytes += outcome.source_bytes
             if outcome.tag:
                 tags[outcome.tag] += 1
@@ -155,7 +162,9 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
         durable_replace(tmp, final)
         result = ShardResult(shard=task.shard, path=rel, num_samples=count, size=os.path.getsize(final),
                              sha256=hash_file(final), source_bytes=source_bytes,
-                             skipped=[item.to_dict() for item in skipped], tags=dict(sorted(tags.items())))
+                             skipped=[item.to_dict() for item in skipped], tags=dict(sorted(tags.items())),
+                             labels={str(label): number for label, number in sorted(labels.items())
+                                     if label != NO_LABEL})
         Journal(ctx.dst).write_done(task.name, result.to_dict())
     except OSError as exc:
         _unlink_quietly(tmp)
@@ -163,6 +172,9 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
     return result
 
 
+#: errno values that say plainly the place cannot be written (never a full disk).
+NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR,
+                errno.ENAMETOOLONG)
 #: errno values that mean "no room": full disk, file size limit, quota.
 _NO_ROOM = (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
 #: Free bytes below which a failed write is put down to a full file system.
@@ -183,7 +195,7 @@ def explain_write_failure(exc: BaseException, folder: Path) -> str:
     the file system's free space and this process's file size limit are looked at.
     """
     code, why = _errno_in(exc), ""
-    if code is None:
+    if code is None and not (isinstance(exc, OSError) and exc.errno in NOT_WRITABLE):
         code, why = _room_now(folder)
     if code is None:
         text = str(exc).strip()

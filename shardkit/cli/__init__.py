@@ -1,6 +1,7 @@
 """The `shardkit` command: a thin shell over the Python API (parse -> call -> render -> exit code)."""
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -13,14 +14,26 @@ class ShardkitGroup(click.Group):
     """Turns expected failures into one readable line and the documented exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        as_json = "--json" in [*getattr(ctx, "_protected_args", []), *ctx.args]   # before the command consumes them
         try:
             return super().invoke(ctx)
         except ShardkitError as exc:
-            click.echo(f"error: {one_line(str(exc))}", err=True)
-            sys.exit(exc.exit_code)
+            _fail(type(exc).__name__, str(exc), exc.exit_code, as_json, getattr(exc, "path", None))
+        except click.UsageError as exc:     # click's own (bad choice, no such option): one line too
+            hint = f" (see shardkit {exc.ctx.info_name} --help)" if exc.ctx is not None and not as_json else ""
+            _fail("UsageError", exc.format_message() + hint, exc.exit_code, as_json)
         except KeyboardInterrupt:
-            click.echo("error: interrupted", err=True)
-            sys.exit(130)
+            _fail("ConversionInterrupted", "interrupted", 130, as_json)
+
+
+def _fail(kind: str, message: str, exit_code: int, as_json: bool, path: Any = None) -> None:
+    """Print the error (one line, or a JSON object on stdout under --json) and exit with its code."""
+    if as_json:
+        click.echo(json.dumps({"ok": False, "error": {"type": kind, "message": message, "path": path,
+                                                      "exit_code": exit_code}}, indent=2))
+    else:
+        click.echo(f"error: {one_line(message)}", err=True)
+    sys.exit(exit_code)
 
 
 def one_line(text: str) -> str:

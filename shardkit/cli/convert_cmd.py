@@ -5,7 +5,12 @@ from typing import Any, Optional, Tuple
 
 import click
 
+from ..codecs.image import IMAGE_MODES
+from ..codecs.validate import DEFAULT_VALIDATE, VALIDATE_MODES
 from ..conversion import convert
+from ..formats import format_names
+from ..options import DEFAULT_BACKGROUND, DEFAULT_COMPRESSION, DEFAULT_FORMAT, DEFAULT_IMAGE_MODE, EXECUTORS
+from ..schema import COMPRESSIONS
 from ..units import format_size
 from .output import echo_json
 
@@ -13,19 +18,21 @@ from .output import echo_json
 @click.command("convert")
 @click.argument("src", type=click.Path())
 @click.argument("dst", type=click.Path())
-@click.option("--format", "format_", default="hdf5", show_default=True, help="hdf5, lmdb or pt.")
+@click.option("--format", "format_", type=click.Choice(format_names()), default=DEFAULT_FORMAT, show_default=True,
+              help="Shard format.")
 @click.option("--shard-size", default=None, help="Upper bound per shard, e.g. 256MB or 1GiB [default: 256MB].")
 @click.option("--samples-per-shard", type=int, default=None, help="Upper bound of samples per shard.")
-@click.option("--image-mode", default="passthrough", show_default=True,
-              help="passthrough, jpeg, png, webp or raw.")
+@click.option("--image-mode", type=click.Choice(IMAGE_MODES), default=None,
+              help=f"How images are stored [default: {DEFAULT_IMAGE_MODE}].")
 @click.option("--resize", type=int, default=None, help="Shorter side in pixels (jpeg/png/webp).")
 @click.option("--size", type=(int, int), default=None, metavar="H W", help="Array size for --image-mode raw.")
 @click.option("--quality", type=int, default=None, help="Encoder quality for jpeg/webp.")
-@click.option("--background", default="#ffffff", show_default=True, help="Colour behind transparent pixels.")
-@click.option("--validate", type=click.Choice(["full", "fast", "none"]), default="full", show_default=True,
-              help="passthrough: decode every image (full), check headers and end markers (fast), "
-                   "or only sniff the format (none).")
-@click.option("--compression", default="none", show_default=True, help="none, gzip or lzf.")
+@click.option("--background", default=None, help=f"Colour behind transparent pixels [default: {DEFAULT_BACKGROUND}].")
+@click.option("--validate", type=click.Choice(VALIDATE_MODES), default=None,
+              help=f"passthrough: decode every image (full), check headers and end markers (fast), "
+                   f"or only sniff the format (none) [default: {DEFAULT_VALIDATE}].")
+@click.option("--compression", type=click.Choice(COMPRESSIONS), default=None,
+              help=f"Storage compression [default: {DEFAULT_COMPRESSION}].")
 @click.option("--compression-level", type=int, default=None, help="gzip level 0-9.")
 @click.option("--labels", type=click.Path(), default=None, help="CSV with a path and a label column.")
 @click.option("--path-column", default=None, help="Path column of --labels [default: path].")
@@ -40,7 +47,7 @@ from .output import echo_json
 @click.option("--workers", type=int, default=None,
               help="Processes writing shards (and parsing the files of a CSV tree) in parallel "
                    "[default: $SHARDKIT_WORKERS, else the CPUs this process may use].")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
               help="Write shards in local processes, or as Ray tasks (pip install 'shardkit[ray]').")
 @click.option("--address", default=None, metavar="auto|HOST:PORT",
               help="--executor ray: the cluster to use [default: start a local Ray].")

@@ -5,26 +5,30 @@ import sys
 
 import click
 
+from ..errors import UsageError
 from ..verification import verify
 from .output import echo_json
 
 
 @click.command("verify")
 @click.argument("dst", type=click.Path())
-@click.option("--quick", "mode", flag_value="quick", help="Presence, sizes and sample counts only.")
-@click.option("--deep", "mode", flag_value="deep", help="Also every sample's CRC32 and that images decode.")
+@click.option("--quick", is_flag=True, help="Presence, sizes and sample counts only.")
+@click.option("--deep", is_flag=True, help="Also every sample's CRC32 and that images decode.")
 @click.option("--workers", type=int, default=None,
               help="Shards checked in parallel [default: $SHARDKIT_WORKERS, else the CPUs this process may use].")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @click.option("--expect-manifest-sha256", "expected", metavar="HEX",
               help="The manifest_sha256 you got from a trusted source; any other manifest is a problem.")
-def command(dst: str, mode: str, workers: int, as_json: bool, quiet: bool, expected: str) -> None:
+def command(dst: str, quick: bool, deep: bool, workers: int, as_json: bool, quiet: bool, expected: str) -> None:
     """Check DST against its manifest; exit 1 if anything is wrong (every problem is listed).
 
     The hashes detect damage, not tampering: add --expect-manifest-sha256 for authenticity.
     """
-    report = verify(dst, mode=mode or "full", workers=workers, quiet=quiet or as_json,
+    if quick and deep:
+        raise UsageError("--quick and --deep are mutually exclusive; pick one")
+    mode = "quick" if quick else "deep" if deep else "full"
+    report = verify(dst, mode=mode, workers=workers, quiet=quiet or as_json,
                     expect_manifest_sha256=expected)
     if as_json:
         echo_json(report.to_dict())

@@ -20,6 +20,7 @@ from typing import Any, Dict, FrozenSet, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import SampleError, UsageError
+from ..options import DEFAULT_BACKGROUND, DEFAULT_IMAGE_MODE
 from ..records import Payload
 from ..schema import LAYOUT_ARRAY, LAYOUT_BYTES, SampleSchema
 from .validate import DEFAULT_VALIDATE, check_structure, check_validate, sniff
@@ -36,7 +37,6 @@ IMAGE_MODES = ("passthrough", "jpeg", "png", "webp", "raw")
 REENCODE_MODES = ("jpeg", "png", "webp")
 LOSSY_MODES = ("jpeg", "webp")
 DEFAULT_QUALITY = 90
-DEFAULT_BACKGROUND = "#ffffff"
 #: Largest --resize / --size side (WebP's limit is 16383; larger training images are unusual).
 MAX_SIDE = 16384
 #: Resampling filter of --resize and of raw mode's resize (Pillow's Lanczos, antialiased).
@@ -202,7 +202,7 @@ def fit(image: Any, height: int, width: int) -> Any:
 class ImageCodec:
     """One image mode with its options; encode() turns a file's bytes into a payload."""
 
-    mode: str = "passthrough"
+    mode: str = DEFAULT_IMAGE_MODE
     resize: Optional[int] = None                    # jpeg/png/webp: shorter side
     size: Optional[Tuple[int, int]] = None          # raw: (H, W)
     quality: Optional[int] = None                   # jpeg/webp
@@ -279,10 +279,7 @@ class ImageCodec:
         """--validate fast or none: the detected format, or SampleError."""
         if self.validate == "none":
             return sniff(data)
-        detected = check_structure(data)
-        if detected in _STUB_FORMATS:
-            raise SampleError(f"{detected} is identified by Pillow but cannot be decoded")
-        return detected
+        return check_structure(data, IMAGE_FORMATS)
 
     def _draft_size(self) -> Optional[Tuple[int, int]]:
         needed = max(self.size) if self.mode == "raw" and self.size else self.resize
@@ -301,7 +298,7 @@ class ImageCodec:
         return out.getvalue()
 
 
-def make_image_codec(mode: str = "passthrough", *, resize: Optional[int] = None,
+def make_image_codec(mode: str = DEFAULT_IMAGE_MODE, *, resize: Optional[int] = None,
                      size: Optional[Sequence[int]] = None, quality: Optional[int] = None,
                      background: Any = DEFAULT_BACKGROUND, validate: str = DEFAULT_VALIDATE) -> ImageCodec:
     """The codec for --image-mode and its options; UsageError for contradictory options."""

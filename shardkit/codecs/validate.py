@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 import warnings
-from typing import Any, Tuple
+from typing import Any, Sequence, Tuple
 
 from ..errors import SampleError, UsageError
 
@@ -59,9 +59,9 @@ def sniff(data: bytes) -> str:
                       "or TIFF signature)")
 
 
-def check_structure(data: bytes) -> str:
+def check_structure(data: bytes, formats: Sequence[str]) -> str:
     """Header, and end markers or chunk CRCs, without decoding pixels (--validate fast);
-    the format name, or SampleError."""
+    the format name, or SampleError. Only the Pillow formats named in formats are opened."""
     from PIL import Image
     if not data:
         raise SampleError("empty file (0 bytes)")
@@ -69,7 +69,7 @@ def check_structure(data: bytes) -> str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image: Any = Image.open(io.BytesIO(data))
+            image: Any = Image.open(io.BytesIO(data), formats=list(formats))
             name = str(image.format or "unknown")
             if name == "JPEG":
                 if data.rfind(_JPEG_EOI) < data.rfind(_JPEG_SOS) or _JPEG_SOS not in data:

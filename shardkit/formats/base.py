@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import abc
 import os
-from typing import Any, Dict, Iterator, Sequence
+from typing import Any, Dict, Iterator, Sequence, Tuple
 
 import numpy as np
 
@@ -88,6 +88,8 @@ class ShardFormat(abc.ABC):
     name: str = ""
     version: int = 1
     extension: str = ""
+    #: Keyword options its reader takes (from the manifest, or given to open_dataset).
+    reader_options: Tuple[str, ...] = ("readahead",)
 
     def check(self, schema: SampleSchema) -> None:
         """Raise UsageError if this format cannot store samples of this schema."""

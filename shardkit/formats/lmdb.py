@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import lmdb
 import numpy as np
 
-from ..errors import CorruptShardError
+from ..errors import CorruptSampleError, CorruptShardError
 from ..integrity import fsync_path
 from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
@@ -344,15 +344,15 @@ class LMDBReader(ShardReader):
             try:
                 value = shared.txn.get(sample_key(index))
             except lmdb.Error as exc:
-                raise self._corrupt(f"sample {index}: {_short(exc, self._path)}") from None
+                raise CorruptSampleError(self._path, index, _short(exc, self._path)) from None
             if value is None or len(value) < RECORD.size:
-                raise self._corrupt(f"sample {index} is missing" if value is None else
-                                    f"sample {index}: record of {len(value)} bytes is shorter than its header")
+                raise CorruptSampleError(self._path, index, "record is missing" if value is None else
+                                         f"record of {len(value)} bytes is shorter than its header")
             magic, version, flags, crc, label, raw_length, stored_length = RECORD.unpack_from(value)
             if magic != RECORD_MAGIC or version != RECORD_VERSION or flags & ~FLAG_ZLIB:
-                raise self._corrupt(f"sample {index}: bad record header")
+                raise CorruptSampleError(self._path, index, "bad record header")
             if stored_length != len(value) - RECORD.size or label != self._labels[index]:
-                raise self._corrupt(f"sample {index}: record header does not match the record")
+                raise CorruptSampleError(self._path, index, "record header does not match the record")
             compressed = bool(flags & FLAG_ZLIB)
             check_lengths(self._schema, stored_length, raw_length, compressed, self._path, index)
             stored = value[RECORD.size:]

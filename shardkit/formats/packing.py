@@ -11,7 +11,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..errors import CorruptShardError, UsageError
+from ..errors import CorruptSampleError, UsageError
 from ..records import Encoded, EncodedRows, Payload
 from ..schema import SampleSchema
 
@@ -71,7 +71,7 @@ def compress(schema: SampleSchema, raw: BytesLike) -> Tuple[BytesLike, bool]:
 
 def check_lengths(schema: SampleSchema, stored_length: int, raw_length: int, compressed: bool,
                   path: str, index: int) -> None:
-    """Raise CorruptShardError unless a record's lengths can be true (before reading the payload)."""
+    """Raise CorruptSampleError unless a record's lengths can be true (before reading the payload)."""
     problem = None
     if raw_length < 0 or stored_length < 0:
         problem = "negative length"
@@ -82,7 +82,7 @@ def check_lengths(schema: SampleSchema, stored_length: int, raw_length: int, com
     elif compressed and raw_length > MAX_INFLATE_RATIO * stored_length + 64:
         problem = f"{stored_length} compressed bytes cannot hold {raw_length}"
     if problem:
-        raise CorruptShardError(f"{path}: sample {index}: corrupt record ({problem})", path=path)
+        raise CorruptSampleError(path, index, f"corrupt record ({problem})")
 
 
 def restore(schema: SampleSchema, stored: BytesLike, raw_length: int, compressed: bool,
@@ -94,11 +94,10 @@ def restore(schema: SampleSchema, stored: BytesLike, raw_length: int, compressed
         try:
             raw: BytesLike = inflater.decompress(stored, raw_length)
         except zlib.error as exc:
-            raise CorruptShardError(f"{path}: sample {index}: compressed payload does not inflate ({exc})",
-                                    path=path) from None
+            raise CorruptSampleError(path, index, f"compressed payload does not inflate ({exc})") from None
         if len(raw) != raw_length or not inflater.eof or inflater.unconsumed_tail or inflater.unused_data:
-            raise CorruptShardError(f"{path}: sample {index}: compressed payload does not inflate to its "
-                                    f"recorded {raw_length} bytes", path=path)
+            raise CorruptSampleError(path, index, f"compressed payload does not inflate to its recorded "
+                                     f"{raw_length} bytes")
     else:
         raw = stored
     if schema.is_array:

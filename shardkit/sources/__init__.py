@@ -1,35 +1,46 @@
 """Sources: find the input items of SRC and turn each into an Encoded sample.
 
+Source kinds register as formats do: each class names the option class it takes and says
+whether it claims a SRC; the first in registry order that claims SRC opens it.
 Sources never import formats (except the shard-dataset source, through the registry only).
 """
 from __future__ import annotations
 
-from typing import Any
+import importlib
+import os
+from typing import Any, Dict, List, Type
 
 from ..errors import UsageError
+from ..options import RunOptions
 from .base import Converted, Skipped, Source
 
+#: Source classes in the order they are asked to claim SRC: "module:Class". Adding a kind is one line.
+_REGISTRY: List[str] = [
+    "shardkit.sources.shard_dataset:ShardDatasetSource",    # a folder holding manifest.json
+    "shardkit.sources.tabular:TabularSource",                # a table file (CSV, JSONL, Parquet, ...) or a folder
+    "shardkit.sources.image_tree:ImageTreeSource",           # any other folder
+]
 
-def open_source(src: str, options: Any) -> Source:
-    """The Source for SRC: a shardkit dataset (it has a manifest.json), a table file (CSV, TSV,
-    JSON Lines, Parquet, Arrow) or a folder of them, or an image tree (with or without a labels CSV)."""
-    import os
+
+def source_classes() -> List[Type[Source]]:
+    """Every registered source class, in claiming order."""
+    classes = []
+    for entry in _REGISTRY:
+        module, name = entry.split(":")
+        classes.append(getattr(importlib.import_module(module), name))
+    return classes
+
+
+def open_source(src: str, source_options: Dict[str, Any], run: RunOptions) -> Source:
+    """The Source for SRC, opened with its kind's typed options made from source_options (the
+    convert keywords that belong to no plan or run option); UsageError for a keyword of another kind."""
     if not os.path.exists(src):
         raise UsageError(f"{src}: no such file or directory", path=src)
-    if os.path.isfile(os.path.join(src, "manifest.json")):
-        from .shard_dataset import ShardDatasetSource
-        return ShardDatasetSource.open(src, options)
-    from .tabular import TabularSource, holds_table_tree, is_table_path
-    if os.path.isfile(src) and is_table_path(src):
-        return TabularSource.scan(src, options)
-    if os.path.isdir(src) and not getattr(options, "labels", None) and holds_table_tree(src):
-        return TabularSource.scan(src, options)
-    from .image_tree import ImageTreeSource
-    if not os.path.isdir(src):
-        raise UsageError(f"{src}: is a file; SRC must be an image folder, a .csv/.csv.gz file (or .tsv, .jsonl, "
-                         ".parquet, .arrow) or a folder of them",
-                         path=src)
-    return ImageTreeSource.scan(src, options)
+    for cls in source_classes():
+        if cls.claims(src, source_options):
+            return cls.open(src, cls.options_class.for_source(source_options, src), run)
+    raise UsageError(f"{src}: is a file; SRC must be an image folder, a .csv/.csv.gz file (or .tsv, .jsonl, "
+                     ".parquet, .arrow) or a folder of them", path=src)
 
 
-__all__ = ["Converted", "Skipped", "Source", "open_source"]
+__all__ = ["Converted", "Skipped", "Source", "open_source", "source_classes"]

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import abc
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Type, Union
 
 import numpy as np
 
+from ..options import RunOptions, SourceOptions
 from ..records import Encoded
 from ..schema import SampleSchema
 
@@ -54,8 +55,20 @@ class Source(abc.ABC):
     """The items of one SRC. Picklable: worker processes receive it once."""
 
     kind: str = ""
+    #: The typed options this kind of source takes (see options.py).
+    options_class: Type[SourceOptions] = SourceOptions
     schema: SampleSchema
     classes: List[str]
+
+    @classmethod
+    @abc.abstractmethod
+    def claims(cls, src: str, source_options: Dict[str, Any]) -> bool:
+        """Whether SRC (an existing path) is of this kind."""
+
+    @classmethod
+    @abc.abstractmethod
+    def open(cls, src: str, options: Any, run: RunOptions) -> "Source":
+        """Scan SRC with this kind's options (an instance of options_class)."""
 
     @abc.abstractmethod
     def item_sizes(self) -> np.ndarray:
@@ -82,6 +95,10 @@ class Source(abc.ABC):
     def summary(self) -> Dict[str, Any]:
         """Plan-time facts about SRC for the manifest's source summary (files seen, ...)."""
         return {}
+
+    def empty_hint(self) -> str:
+        """What to do when SRC yields no item ("" when there is no better advice)."""
+        return ""
 
     def plan_skipped(self) -> List[Skipped]:
         """Items rejected while scanning (broken links, ...), reported in skipped.jsonl."""

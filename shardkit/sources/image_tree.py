@@ -1,20 +1,20 @@
 """Image trees: ImageFolder layout, a tree plus a labels CSV, or an unlabeled tree."""
 from __future__ import annotations
 
-import csv
 import errno
 import hashlib
 import os
 from stat import S_ISBLK, S_ISCHR, S_ISDIR, S_ISFIFO, S_ISREG, S_ISSOCK
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
 
-from ..codecs.image import DEFAULT_BACKGROUND, ImageCodec, image_extensions, make_image_codec
-from ..codecs.validate import DEFAULT_VALIDATE
-from ..errors import SampleError, SourceError, UsageError
+from ..codecs.image import ImageCodec, image_extensions, make_image_codec
+from ..errors import SampleError, SourceError
+from ..options import ImageOptions, RunOptions
 from ..records import Encoded
 from .base import Converted, Outcome, Skipped, Source
+from .labels_csv import read_labels_csv
 
 
 def walk_files(root: str) -> Iterator[str]:
@@ -46,6 +46,7 @@ class ImageTreeSource(Source):
     """Image files below a folder, each one sample; labels from folders, a CSV, or none."""
 
     kind = "image_tree"
+    options_class = ImageOptions
 
     def __init__(self, root: str, paths: List[str], labels: np.ndarray, classes: List[str],
                  codec: ImageCodec, labeled: bool, summary: Dict[str, Any], skipped: List[Skipped],
@@ -62,30 +63,33 @@ class ImageTreeSource(Source):
 
     # ---- scanning -------------------------------------------------------------------
     @classmethod
-    def scan(cls, root: str, options: Any) -> "ImageTreeSource":
-        """Find the items of root according to the label options."""
-        codec = make_image_codec(**_codec_options(options))
+    def claims(cls, src: str, source_options: Dict[str, Any]) -> bool:
+        return os.path.isdir(src)
+
+    @classmethod
+    def open(cls, src: str, options: ImageOptions, run: RunOptions) -> "ImageTreeSource":
+        """Find the items of src according to the label options."""
+        root = src
+        codec = make_image_codec(**options.codec_options())
         extensions = image_extensions()
         all_files = sorted(walk_files(root), key=_sort_key)
         images = [rel for rel in all_files if os.path.splitext(rel)[1].lower() in extensions]
         summary: Dict[str, Any] = {"files_seen": len(all_files), "image_files": len(images),
                                    "other_files": len(all_files) - len(images)}
-        labels_file = getattr(options, "labels", None)
-        if getattr(options, "no_labels", False):
-            if labels_file:
-                raise UsageError("--labels and --no-labels contradict each other")
+        bad_rows: List[Skipped] = []
+        if options.no_labels:
             items = [(rel, -1) for rel in images]
             classes: List[str] = []
-        elif labels_file:
-            items, classes, ignored = _items_from_labels_csv(
-                root, labels_file, getattr(options, "path_column", None) or "path",
-                getattr(options, "label_column", None) or "label", set(images))
+        elif options.labels:
+            items, classes, ignored, bad_rows = read_labels_csv(
+                root, options.labels, options.path_column, options.label_column, options.delimiter, set(images))
             summary["unlisted_images_ignored"] = ignored
+            summary["label_rows_skipped"] = len(bad_rows)
         else:
             items, classes, outside, empty = _items_from_folders(root, images)
             summary["files_outside_class_folders"] = outside
             summary["empty_classes"] = empty
-        skipped: List[Skipped] = []
+        skipped: List[Skipped] = list(bad_rows)
         paths: List[str] = []
         labels: List[int] = []
         stats: List[Tuple[int, int]] = []
@@ -103,7 +107,7 @@ class ImageTreeSource(Source):
             labels.append(label)
             stats.append((stat.st_size, stat.st_mtime_ns))
         return cls(root, paths, np.asarray(labels, dtype=np.int64), classes, codec,
-                   labeled=not getattr(options, "no_labels", False), summary=summary, skipped=skipped,
+                   labeled=not options.no_labels, summary=summary, skipped=skipped,
                    stats=np.asarray(stats, dtype=np.int64).reshape(-1, 2))
 
     # ---- Source interface -------------------------------------------------------------
@@ -112,6 +116,12 @@ class ImageTreeSource(Source):
 
     def summary(self) -> Dict[str, Any]:
         return dict(self._summary)
+
+    def empty_hint(self) -> str:
+        if self._summary.get("files_outside_class_folders"):
+            return ("; the images are not in class folders (SRC/<class>/...): pass --no-labels for unlabeled "
+                    "samples, or --labels FILE to take labels from a CSV")
+        return ""
 
     def plan_skipped(self) -> List[Skipped]:
         return list(self._skipped)
@@ -175,22 +185,18 @@ def _file_kind(mode: int) -> str:
     return "a special file"
 
 
-def _codec_options(options: Any) -> Dict[str, Any]:
-    """ConvertOptions -> make_image_codec keywords (the codec validates their combination)."""
-    size = getattr(options, "size", None)
-    background = getattr(options, "background", None)
-    return {"mode": getattr(options, "image_mode", "passthrough") or "passthrough",
-            "resize": getattr(options, "resize", None),
-            "size": tuple(size) if size else None,
-            "quality": getattr(options, "quality", None),
-            "background": DEFAULT_BACKGROUND if background is None else background,
-            "validate": getattr(options, "validate", None) or DEFAULT_VALIDATE}
-
-
 def _items_from_folders(root: str, images: List[str]) -> Tuple[List[Tuple[str, int]], List[str], int, List[str]]:
     """ImageFolder: classes are the sorted top-level folders (hidden ones excluded)."""
     classes = sorted(entry.name for entry in os.scandir(root)
                      if entry.is_dir() and not entry.name.startswith("."))
+    for name in classes:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = os.fsencode(name).decode("ascii", "backslashreplace")
+            raise SourceError(f"{os.path.join(root, raw)}: class folder name is not UTF-8; class names are "
+                              "stored as text, so rename the folder (e.g. convmv -f latin1 -t utf8)",
+                              path=root) from None
     index = {name: number for number, name in enumerate(classes)}
     items: List[Tuple[str, int]] = []
     outside = 0
@@ -203,46 +209,3 @@ def _items_from_folders(root: str, images: List[str]) -> Tuple[List[Tuple[str, i
         used.add(top)
         items.append((rel, index[top]))
     return items, classes, outside, [name for name in classes if name not in used]
-
-
-def _items_from_labels_csv(root: str, labels_file: str, path_column: str, label_column: str,
-                           images: set) -> Tuple[List[Tuple[str, int]], List[str], int]:
-    """Rows of a labels CSV (path relative to root, label); classes are the sorted labels."""
-    try:
-        with open(labels_file, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
-            header = reader.fieldnames or []
-            for column in (path_column, label_column):
-                if column not in header:
-                    raise UsageError(f"{labels_file}: no column {column!r} (columns: {', '.join(header)})",
-                                     path=labels_file)
-            rows = [(row[path_column], row[label_column], reader.line_num) for row in reader]
-    except OSError as exc:
-        raise UsageError(f"{labels_file}: cannot read labels CSV ({exc.strerror})", path=labels_file) from None
-    except (UnicodeDecodeError, csv.Error) as exc:
-        raise SourceError(f"{labels_file}: not a readable UTF-8 CSV ({exc})", path=labels_file) from None
-    names = {label for _, label, _ in rows if label is not None}
-    classes = sorted(names, key=_class_sort_key(names))
-    index = {name: number for number, name in enumerate(classes)}
-    items: Dict[str, int] = {}
-    for path, label, line in rows:
-        if path is None or label is None or path == "" or label == "":
-            raise SourceError(f"{labels_file}:{line}: empty path or label", path=labels_file)
-        rel = os.path.normpath(path).replace(os.sep, "/")
-        if rel.startswith("../") or os.path.isabs(rel):
-            raise SourceError(f"{labels_file}:{line}: path {path!r} is outside SRC", path=labels_file)
-        if rel in items:
-            raise SourceError(f"{labels_file}:{line}: path {path!r} is listed twice", path=labels_file)
-        items[rel] = index[label]
-    ordered = sorted(items.items(), key=lambda item: _sort_key(item[0]))
-    return ordered, classes, len(images - set(items))
-
-
-def _class_sort_key(names: set) -> Optional[Any]:
-    """Integer-looking class names sort numerically ("2" before "10"); others as strings."""
-    try:
-        for name in names:
-            int(name)
-    except ValueError:
-        return None
-    return int

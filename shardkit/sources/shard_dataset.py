@@ -12,21 +12,19 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import CorruptShardError, UsageError
+from ..errors import CorruptSampleError, CorruptShardError
 from ..formats import ShardReader, get_format
 from ..manifest import Manifest, load_manifest
+from ..options import ReshardOptions, RunOptions
 from ..records import Encoded
 from .base import Converted, Outcome, Skipped, Source
-
-#: Convert options that shape how raw inputs become samples; a dataset's samples exist already.
-_RAW_ONLY_OPTIONS = ("resize", "size", "quality", "labels", "path_column", "label_column", "delimiter", "decimal",
-                     "columns", "text_columns", "schema_file")
 
 
 class ShardDatasetSource(Source):
     """The samples of an existing DST, in index order."""
 
     kind = "shardkit_dataset"
+    options_class = ReshardOptions
 
     def __init__(self, root: str, manifest: Manifest) -> None:
         self.root = root
@@ -41,25 +39,15 @@ class ShardDatasetSource(Source):
                                      for entry in manifest.shards], dtype=np.int64)
 
     @classmethod
-    def open(cls, root: str, options: Any) -> "ShardDatasetSource":
-        """The dataset at root; refuses options that only apply to raw inputs."""
-        used = [name for name in _RAW_ONLY_OPTIONS if getattr(options, name, None) not in (None, False)]
-        if getattr(options, "image_mode", None) not in (None, "passthrough"):
-            used.insert(0, "image_mode")
-        if getattr(options, "no_labels", False):
-            used.append("no_labels")
-        if getattr(options, "background", None) not in (None, "#ffffff"):
-            used.append("background")
-        if getattr(options, "validate", None) not in (None, "full"):
-            used.append("validate")
-        if used:
-            flags = ", ".join("--schema" if name == "schema_file" else "--" + name.replace("_", "-")
-                              for name in used)
-            raise UsageError(f"{root}: is a shardkit dataset; its samples are copied as stored, so {flags} "
-                             "cannot apply (convert the raw data to change them)", path=root)
-        manifest = load_manifest(root)
+    def claims(cls, src: str, source_options: Dict[str, Any]) -> bool:
+        return os.path.isfile(os.path.join(src, "manifest.json"))
+
+    @classmethod
+    def open(cls, src: str, options: ReshardOptions, run: RunOptions) -> "ShardDatasetSource":
+        """The dataset at src (its options class admits no sample option)."""
+        manifest = load_manifest(src)
         get_format(manifest.format_name)
-        return cls(os.path.abspath(root), manifest)
+        return cls(os.path.abspath(src), manifest)
 
     # ---- Source interface -------------------------------------------------------------
     def item_sizes(self) -> np.ndarray:
@@ -144,6 +132,9 @@ class ShardDatasetSource(Source):
         entry = self.manifest.shards[shard]
         try:
             stored = reader.read(local)
+        except CorruptSampleError as exc:
+            return Skipped(entry.path, f"sample {local} (index {entry.first_index + local}) cannot be read: "
+                                       f"{exc.problem}")
         except CorruptShardError as exc:
             return Skipped(entry.path, f"sample {local} (index {entry.first_index + local}) cannot be read: "
                                        f"{str(exc).replace(os.path.join(self.root, entry.path) + ': ', '')}")

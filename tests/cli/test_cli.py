@@ -32,7 +32,7 @@ def test_convert_verify_info(image_tree: Path, tmp_path: Path, fmt: str) -> None
 
 @pytest.mark.parametrize("args, message", [
     (["convert", "{missing}", "{dst}"], "no such file or directory"),
-    (["convert", "{tree}", "{dst}", "--format", "zarr"], "unknown format 'zarr'"),
+    (["convert", "{tree}", "{dst}", "--format", "zarr"], "'zarr' is not one of 'hdf5', 'lmdb', 'pt'"),
     (["convert", "{tree}", "{dst}", "--shard-size", "12 parsecs"], "invalid size"),
     (["convert", "{tree}", "{dst}", "--samples-per-shard", "0"], "at least 1"),
     (["convert", "{tree}", "{dst}", "--part", "4/4"], "invalid part"),
@@ -92,5 +92,28 @@ def test_console_entry_point_runs(image_tree: Path, tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "shardkit", "convert", str(image_tree), str(tmp_path / "d"),
                            "--format", "nope"], capture_output=True, text=True)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["error: unknown format 'nope'; choose one of "
-                                                + ", ".join(__import__("shardkit.formats").formats.format_names())]
+    choices = ", ".join(repr(name) for name in __import__("shardkit.formats").formats.format_names())
+    assert done.stderr.strip().splitlines() == [f"error: Invalid value for '--format': 'nope' is not one of "
+                                                f"{choices}. (see shardkit convert --help)"]
+
+
+def test_info_shows_samples_per_class(tmp_path: Path) -> None:
+    from shardkit.samples import make_image_tree
+    src = tmp_path / "src"
+    make_image_tree(str(src), num_images=7, classes=("a", "b"), seed=3)
+    expected = {name: len(list((src / name).rglob("*.*"))) for name in ("a", "b")}
+    dst = tmp_path / "dst"
+    assert run("convert", str(src), str(dst), "-q").exit_code == 0
+    data = json.loads(run("info", str(dst), "--json").output)
+    assert data["samples_per_class"] == [expected["a"], expected["b"]]
+    assert f"a ({expected['a']}), b ({expected['b']})" in run("info", str(dst)).output
+    resharded = tmp_path / "lmdb"
+    assert run("convert", str(dst), str(resharded), "--format", "lmdb", "-q").exit_code == 0
+    assert json.loads(run("info", str(resharded), "--json").output)["samples_per_class"] == data["samples_per_class"]
+
+
+def test_info_of_a_dataset_written_before_counts_were_recorded() -> None:
+    golden = Path(__file__).resolve().parents[1] / "golden" / "hdf5-v1"
+    result = run("info", str(golden))
+    assert result.exit_code == 0 and "2 classes: cat, dog" in result.output
+    assert json.loads(run("info", str(golden), "--json").output)["samples_per_class"] is None

@@ -26,7 +26,7 @@ BAD = [
     (["--image-mode", "webp", "--quality", "101"], "between 1 and 100"),
     (["--image-mode", "jpeg", "--background", "not-a-colour"], "is not a colour"),
     (["--image-mode", "jpeg", "--background", "#ff000080"], "must be opaque"),
-    (["--image-mode", "tiff"], "unknown image mode"),
+    (["--image-mode", "tiff"], "'tiff' is not one of"),
 ]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import shardkit
-from shardkit.conversion import ConvertOptions
+from shardkit.options import RunOptions
 from shardkit.sources import open_source
 
 
@@ -53,7 +53,7 @@ def test_different_headers_are_refused_naming_both_files_unless_columns_pick_com
 
 
 def test_gzip_files_and_unreadable_files_in_a_folder(tmp_path, make_csv, convert_csv, read_skipped, fmt):
-    plain = make_csv("gz/a.csv", ["x", "label"], [[i, i % 2] for i in range(50)])
+    make_csv("gz/a.csv", ["x", "label"], [[i, i % 2] for i in range(50)])
     with gzip.open(tmp_path / "gz" / "b.csv.gz", "wb") as handle:
         handle.write(b"x,label\n" + b"".join(f"{i},1\n".encode() for i in range(50, 90)))
     (tmp_path / "gz" / "c.csv").write_bytes(b"\x00\x01\x02binary\x00")
@@ -65,7 +65,7 @@ def test_gzip_files_and_unreadable_files_in_a_folder(tmp_path, make_csv, convert
     with pytest.raises(shardkit.ConversionError, match="c.csv:1: binary content"):
         shardkit.convert(str(tmp_path / "gz"), str(tmp_path / "d2"), label_column="label", on_error="fail",
                          quiet=True)
-    assert plain.exists()
+    assert not (tmp_path / "d2" / "manifest.json").exists()
 
 
 def test_workers_give_byte_identical_shards(tmp_path, make_csv):
@@ -83,20 +83,25 @@ def test_workers_give_byte_identical_shards(tmp_path, make_csv):
 
 def test_fingerprint_follows_file_changes_and_resume_refuses_them(tmp_path, make_csv):
     src = make_csv("f.csv", ["x", "label"], [[1, 0], [2, 1]])
-    options = ConvertOptions(label_column="label", quiet=True)
-    before = open_source(str(src), options).fingerprint()
-    assert open_source(str(src), options).fingerprint() == before
+    options = {"label_column": "label"}
+    before = open_source(str(src), options, RunOptions(quiet=True)).fingerprint()
+    assert open_source(str(src), options, RunOptions(quiet=True)).fingerprint() == before
+    dst = tmp_path / "dst"
+    shardkit.convert(str(src), str(dst), label_column="label", quiet=True)
+    assert shardkit.convert(str(src), str(dst), label_column="label", resume=True, quiet=True).num_samples == 2
     os.utime(src, ns=(1, 1))
-    assert open_source(str(src), options).fingerprint() != before
+    assert open_source(str(src), options, RunOptions(quiet=True)).fingerprint() != before
+    with pytest.raises(shardkit.UsageError, match="made from other input or options"):
+        shardkit.convert(str(src), str(dst), label_column="label", resume=True, quiet=True)
 
 
 def test_folder_dispatch_rule(tmp_path, make_csv, image_tree):
     make_csv("only/x.csv", ["a", "label"], [[1, 0]])
-    assert open_source(str(tmp_path / "only"), ConvertOptions(label_column="label")).kind == "csv"
-    assert open_source(str(image_tree), ConvertOptions()).kind == "image_tree"
+    assert open_source(str(tmp_path / "only"), {"label_column": "label"}, RunOptions()).kind == "csv"
+    assert open_source(str(image_tree), {}, RunOptions()).kind == "image_tree"
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(shardkit.UsageError, match="csv.gz file"):
-        open_source(str(tmp_path / "notes.txt"), ConvertOptions())
+        open_source(str(tmp_path / "notes.txt"), {}, RunOptions())
 
 
 def test_a_folder_of_header_only_files_is_empty(tmp_path, make_csv):

@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -17,7 +20,7 @@ import pytest
 import shardkit
 from shardkit.errors import ConversionError, EmptySourceError
 
-from .corpus import Corpus, build_corpus, encode, oracle_decodes, sort_key
+from .corpus import Corpus, build_corpus, encode, oracle_decodes
 from .helpers import assert_no_traceback, error_lines, run_cli
 
 
@@ -226,21 +229,29 @@ def test_src_that_is_not_a_folder(kind: str, tmp_path: Path) -> None:
     assert not (tmp_path / "dst").exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")
-def test_unreadable_file_is_skipped(fmt: str, tmp_path: Path) -> None:
-    src = tmp_path / "src" / "cls"
-    src.mkdir(parents=True)
-    (src / "good.jpg").write_bytes(encode(np.random.default_rng(3), "JPEG"))
-    (src / "secret.jpg").write_bytes(encode(np.random.default_rng(4), "JPEG"))
-    (src / "secret.jpg").chmod(0)
-    report = shardkit.convert(str(src.parent), str(tmp_path / "dst"), format=fmt, quiet=True)
-    assert report.num_samples == 1
-    assert "cannot read" in _skipped(tmp_path / "dst")["cls/secret.jpg"]
-
-
-def test_sort_order_matches_shardkit(corpus: Corpus) -> None:
-    """The corpus oracle orders paths the way shardkit documents (by path components)."""
-    assert corpus.image_paths == sorted(corpus.image_paths, key=sort_key)
+def _as_nobody(work: Callable[[], None], warm_up: Callable[[], None]) -> None:
+    """Run work in a forked child with root's privileges dropped to nobody (65534), so
+    permissions apply; as another user, run it in a child too. warm_up runs first with the
+    privileges the test has (it loads the modules work needs, which nobody may not be able to
+    read). Fails if the child fails."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            warm_up()
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            work()
+            code = 0
+        except BaseException:  # noqa: BLE001 - shown, then the child's exit code says it failed
+            import traceback
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the unprivileged conversion failed"
 
 
 #: Damaged inputs of the corpus that --validate fast / none store (per kind: let through / bad).
@@ -302,3 +313,44 @@ def test_reliability_page_shows_the_validate_table() -> None:
     page = (Path(__file__).resolve().parents[2] / "docs" / "reliability.md").read_text()
     for kind, row in LET_THROUGH.items():
         assert f"| {kind} | {row['full']} | {row['fast']} | {row['none']} |" in page, kind
+
+
+def test_unreadable_file_is_skipped(fmt: str) -> None:
+    base = Path(tempfile.mkdtemp(prefix="shardkit-unreadable-"))
+    try:
+        base.chmod(0o777)
+        src = base / "src" / "cls"
+        src.mkdir(parents=True)
+        (src / "good.jpg").write_bytes(encode(np.random.default_rng(3), "JPEG"))
+        (src / "secret.jpg").write_bytes(encode(np.random.default_rng(4), "JPEG"))
+        (src / "secret.jpg").chmod(0)
+        for folder in (base / "src", src):
+            folder.chmod(0o755)
+
+        def convert(dst: Path = base / "dst", expected: int = 1) -> None:
+            report = shardkit.convert(str(src.parent), str(dst), format=fmt, quiet=True)
+            assert report.num_samples == expected
+
+        warm = base / "warm"
+        _as_nobody(convert, warm_up=lambda: convert(warm, 1 if os.geteuid() else 2))
+        assert not os.geteuid() or (warm / "manifest.json").exists()
+        assert "cannot read" in _skipped(base / "dst")["cls/secret.jpg"]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_sort_order_matches_shardkit(tmp_path: Path) -> None:
+    """Samples follow the sorted path components, not the sorted full path: a hand-written order
+    (code point order per component) against what shardkit stores."""
+    from PIL import Image
+    expected = ["c/10.png", "c/2.png", "c/B.png", "c/a/b.png", "c/a-b.png", "c/a.png", "c/\u00e9.png"]
+    assert sorted(expected) != expected                      # a plain string sort would differ
+    src = tmp_path / "src"
+    for number, rel in enumerate(reversed(expected)):
+        path = src / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("L", (2, 2), number * 30).save(path)
+    dst = tmp_path / "dst"
+    shardkit.convert(str(src), str(dst), quiet=True)
+    ds = shardkit.open_dataset(dst, decode=None)
+    assert [bytes(memoryview(ds[i][0])) for i in range(len(ds))] == [(src / rel).read_bytes() for rel in expected]

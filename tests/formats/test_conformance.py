@@ -186,13 +186,27 @@ def _assert_runs_write_like_append(fmt: str, tmp_path: Path, schema: SampleSchem
     assert hashlib.sha256(many.read_bytes()).hexdigest() == hashlib.sha256(one.read_bytes()).hexdigest()
 
 
+#: Which compressions each format stores, written down rather than asked of the format, so a
+#: format that wrongly refuses one fails here instead of skipping.
+SUPPORTED = {"hdf5": {"none", "gzip", "lzf"}, "lmdb": {"none", "gzip"}, "pt": {"none", "gzip"}}
+
+
 def _supports(fmt_name: str, schema: SampleSchema) -> bool:
+    """Whether the matrix says fmt stores schema's compression; a refusal must agree with it."""
     from shardkit.errors import UsageError
+    expected = schema.compression in SUPPORTED[fmt_name]
     try:
         get_format(fmt_name).check(schema)
     except UsageError:
+        assert not expected, f"{fmt_name} refuses {schema.compression}, which it must store"
         return False
+    assert expected, f"{fmt_name} accepts {schema.compression}, which the matrix says it cannot store"
     return True
+
+
+def test_the_support_matrix_covers_every_format() -> None:
+    from shardkit.formats import format_names
+    assert sorted(SUPPORTED) == format_names()
 
 
 def test_registry_lists_hdf5() -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 from pathlib import Path
 
@@ -24,6 +25,30 @@ def test_golden_dataset_reads(golden: Path) -> None:
         payload, label = ds[index]
         assert hashlib.sha256(bytes(memoryview(payload))).hexdigest() == item["sha256"]
         assert ds.classes[label] == item["class"]
+
+
+def _make_golden():
+    spec = importlib.util.spec_from_file_location("make_golden", GOLDEN / "make_golden.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_stored_layout_has_a_golden_dataset() -> None:
+    missing = [path.name for path in _make_golden().expected_dirs() if not (path / "manifest.json").is_file()]
+    assert not missing, f"run python tests/golden/make_golden.py to add {missing}"
+
+
+@pytest.mark.parametrize("golden", GOLDEN_DIRS, ids=[path.name for path in GOLDEN_DIRS])
+def test_golden_layout_is_what_its_name_says(golden: Path) -> None:
+    schema = json.loads((golden / "manifest.json").read_text())["schema"]
+    layout = golden.name.split("-", 2)[2] if golden.name.count("-") >= 2 else ""
+    if layout.startswith("raw-"):
+        assert (schema["layout"], schema["compression"]) == ("array", layout[4:])
+    elif layout == "tabular":
+        assert (schema["kind"], schema["layout"]) == ("tabular", "array")
+    else:
+        assert (schema["layout"], schema["compression"]) == ("bytes", "none")
 
 
 def test_every_format_version_has_a_golden_dataset() -> None:

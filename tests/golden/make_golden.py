@@ -1,7 +1,16 @@
-"""Write the golden dataset of every registered format whose golden folder does not exist yet.
+"""Write every golden dataset that does not exist yet: one per format version and stored layout.
 
 Golden datasets are committed and never regenerated: a later shardkit must read every one of
-them. Run `python tests/golden/make_golden.py` once when a format (or format version) is added.
+them. Run `python tests/golden/make_golden.py` once when a format (or format version) or a
+layout is added. Each folder is `<format>-v<version>[-<layout>]`:
+
+- (no suffix)   passthrough image bytes;
+- raw-none, raw-gzip, raw-lzf   decoded uint8 arrays, stored plain or compressed (HDF5 chunk
+  filters; LMDB and .pt zlib records — lzf is HDF5-only);
+- tabular       CSV rows as float32 arrays, with class labels.
+
+expected.json holds, per sample, the sha256 of its payload bytes and its class, computed from
+the inputs alone (file bytes, Pillow's pixels, the CSV's numbers), never by shardkit.
 """
 from __future__ import annotations
 
@@ -10,6 +19,9 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
@@ -18,27 +30,84 @@ import shardkit  # noqa: E402
 from shardkit.formats import format_names, get_format  # noqa: E402
 from shardkit.samples import make_image_tree  # noqa: E402
 
+Expected = List[Dict[str, str]]
+#: Side of the raw golden images: drawn at exactly this size, so raw mode stores Pillow's pixels.
+RAW_SIDE = (6, 8)
 
-def golden_dir(name: str, version: int) -> Path:
-    """tests/golden/<format>-v<version>."""
-    return HERE / f"{name}-v{version}"
+
+def golden_dir(name: str, version: int, layout: str = "") -> Path:
+    """tests/golden/<format>-v<version>[-<layout>]."""
+    return HERE / (f"{name}-v{version}" + (f"-{layout}" if layout else ""))
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _passthrough_tree(tmp: Path) -> Tuple[Path, Expected]:
+    src = tmp / "images"
+    files = make_image_tree(str(src), num_images=8, classes=("cat", "dog"), seed=11, sizes=(6, 14))
+    ordered = sorted(files, key=lambda rel: tuple(rel.split("/")))
+    return src, [{"sha256": _sha((src / rel).read_bytes()), "class": rel.split("/")[0]} for rel in ordered]
+
+
+def _raw_tree(tmp: Path) -> Tuple[Path, Expected]:
+    from PIL import Image
+    src = tmp / "raw"
+    rng = np.random.default_rng(12)
+    expected = []
+    for number in range(8):
+        name = ("cat", "dog")[number % 2]
+        path = src / name / f"{number:02d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pixels = rng.integers(0, 256, size=(*RAW_SIDE, 3), dtype=np.uint8)
+        pixels[:, :3] = 7                         # a run of equal bytes, so compression has work to do
+        Image.fromarray(pixels).save(path)
+    for name in ("cat", "dog"):
+        for path in sorted((src / name).iterdir()):
+            with Image.open(path) as image:
+                expected.append({"sha256": _sha(np.asarray(image.convert("RGB")).tobytes()), "class": name})
+    return src, expected
+
+
+def _table(tmp: Path) -> Tuple[Path, Expected]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    src = tmp / "rows.csv"
+    rng = np.random.default_rng(13)
+    rows = [(float(rng.integers(-50, 50)), round(float(rng.random()), 3), ("low", "high")[i % 2]) for i in range(9)]
+    src.write_text("a,b,kind\n" + "".join(f"{a},{b},{kind}\n" for a, b, kind in rows))
+    return src, [{"sha256": _sha(np.array([a, b], dtype=np.float32).tobytes()), "class": kind} for a, b, kind in rows]
+
+
+#: layout suffix -> (input builder, convert keywords, formats that store it)
+LAYOUTS: Dict[str, Tuple[Callable[[Path], Tuple[Path, Expected]], Dict[str, Any], Tuple[str, ...]]] = {
+    "": (_passthrough_tree, {"samples_per_shard": 5}, ("hdf5", "lmdb", "pt")),
+    "raw-none": (_raw_tree, {"image_mode": "raw", "size": RAW_SIDE, "samples_per_shard": 5}, ("hdf5", "lmdb", "pt")),
+    "raw-gzip": (_raw_tree, {"image_mode": "raw", "size": RAW_SIDE, "compression": "gzip", "samples_per_shard": 5},
+                 ("hdf5", "lmdb", "pt")),
+    "raw-lzf": (_raw_tree, {"image_mode": "raw", "size": RAW_SIDE, "compression": "lzf", "samples_per_shard": 5},
+                ("hdf5",)),
+    "tabular": (_table, {"label_column": "kind", "samples_per_shard": 4}, ("hdf5", "lmdb", "pt")),
+}
+
+
+def expected_dirs() -> List[Path]:
+    """Every golden folder this shardkit's formats and layouts call for."""
+    return [golden_dir(name, get_format(name).version, layout)
+            for layout, (_, _, formats) in LAYOUTS.items() for name in format_names() if name in formats]
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "src"
-        files = make_image_tree(str(src), num_images=8, classes=("cat", "dog"), seed=11, sizes=(6, 14))
-        ordered = sorted(files, key=lambda rel: tuple(rel.split("/")))
-        expected = [{"sha256": hashlib.sha256((src / rel).read_bytes()).hexdigest(), "class": rel.split("/")[0]}
-                    for rel in ordered]
-        for name in format_names():
-            fmt = get_format(name)
-            dst = golden_dir(name, fmt.version)
-            if dst.exists():
-                continue
-            shardkit.convert(str(src), str(dst), format=name, samples_per_shard=5, quiet=True)
-            (dst / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
-            print(f"wrote {dst}")
+        for layout, (build, options, formats) in LAYOUTS.items():
+            for name in format_names():
+                dst = golden_dir(name, get_format(name).version, layout)
+                if name not in formats or dst.exists():
+                    continue
+                src, expected = build(Path(tmp) / f"{name}-{layout}")
+                shardkit.convert(str(src), str(dst), format=name, quiet=True, **options)
+                (dst / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
+                print(f"wrote {dst}")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+import shardkit
+import shardkit.demo
 from shardkit.cli import main
 
 
@@ -14,3 +17,20 @@ def test_demo_command(tmp_path: Path) -> None:
     assert "OK: 1 shards, 48 samples checked" in result.output
     assert "read 48 samples (12 circle, 12 square, 12 stripes, 12 triangle) at" in result.output
     assert (tmp_path / "dataset-hdf5" / "manifest.json").is_file()
+
+
+def test_demo_reused_folder_follows_images_and_says_deep(tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(main, ["demo", "--dir", str(tmp_path), "--images", "8"]).exit_code == 0
+    result = runner.invoke(main, ["demo", "--dir", str(tmp_path), "--images", "12"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "12 samples checked" in result.output and "read 12 samples" in result.output
+    assert "shardkit verify" in result.output and " --deep" in result.output
+
+
+def test_demo_refuses_zero_images(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["demo", "--dir", str(tmp_path), "--images", "0"])
+    assert result.exit_code == 2 and "no such file" not in result.output
+    assert "--images" in result.output and result.output.count("\n") == 1
+    with pytest.raises(shardkit.UsageError, match="at least 1"):
+        shardkit.demo.run_demo(str(tmp_path), images=0)

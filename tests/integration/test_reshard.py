@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import shardkit
 from shardkit.cli import main
-from shardkit.conversion import ConvertOptions
+from shardkit.options import ReshardOptions, RunOptions
 from shardkit.formats import format_names
 from shardkit.handles import HANDLES
 from shardkit.manifest import Manifest, ShardEntry
@@ -64,7 +64,7 @@ def test_cli_changes_format_and_verify_passes(dataset_dir: Path, tmp_path: Path)
     assert "wrote 120 samples in 1 lmdb shards" in result.output
     assert runner.invoke(main, ["verify", str(dst), "--deep"]).exit_code == 0
     result = runner.invoke(main, ["convert", str(dataset_dir), str(tmp_path / "x"), "--resize", "64"])
-    assert result.exit_code == 2 and "--resize cannot apply" in result.output
+    assert result.exit_code == 2 and "--resize does not apply to a shardkit dataset" in result.output
     assert result.output.count("\n") == 1
     result = runner.invoke(main, ["convert", str(dst), str(dst), "--format", "pt", "--overwrite"])
     assert result.exit_code == 2 and "DST is SRC" in result.output
@@ -120,7 +120,7 @@ def _mapped(prefix: str) -> set:
 
 
 def test_source_shards_are_read_one_at_a_time(writable_dataset: Path) -> None:
-    source = ShardDatasetSource.open(str(writable_dataset), ConvertOptions())
+    source = ShardDatasetSource.open(str(writable_dataset), ReshardOptions(), RunOptions())
     prefix = str(writable_dataset / "shards")
     most = 0
     count = 0
@@ -153,7 +153,7 @@ def test_plan_matches_cut_shards_over_average_sizes(counts, sizes, max_bytes, ma
 def test_options_for_raw_inputs_are_refused(dataset_dir: Path, tmp_path: Path) -> None:
     for kwargs, flag in (({"image_mode": "jpeg"}, "--image-mode"), ({"no_labels": True}, "--no-labels"),
                          ({"labels": "x.csv"}, "--labels")):
-        with pytest.raises(shardkit.UsageError, match=f"{flag} cannot apply"):
+        with pytest.raises(shardkit.UsageError, match=f"{flag} does not apply"):
             shardkit.convert(str(dataset_dir), str(tmp_path / "out"), format="pt", **kwargs)
     assert not (tmp_path / "out").exists()
 

@@ -96,6 +96,11 @@ def _rewrite(tmp_path, change) -> None:
 
 @pytest.mark.parametrize("change, message", [
     (lambda d: d.update(manifest_version=99), "newer than this shardkit reads"),
+    (lambda d: d.update(manifest_version=0), "manifest_version 0 is invalid"),
+    (lambda d: d.update(manifest_version=-1), "manifest_version -1 is invalid"),
+    (lambda d: d.update(manifest_version="1"), "must be a whole number, not str '1'"),
+    (lambda d: d.update(manifest_version=True), "must be a whole number, not bool"),
+    (lambda d: d.pop("manifest_version"), "missing manifest_version"),
     (lambda d: d["shards"][0].update(path="../../etc/passwd"), "unsafe shard path"),
     (lambda d: d["shards"][0].update(path="/etc/passwd"), "unsafe shard path"),
     (lambda d: d["shards"][1].update(first_index=3), "expected 10"),
@@ -117,6 +122,10 @@ def test_manifest_tampering_and_absence(tmp_path) -> None:
     (tmp_path / "manifest.json").write_text(text)
     with pytest.raises(ManifestError, match="edited or damaged"):
         load_manifest(tmp_path)
+    _manifest().save(tmp_path)
+    data = json.loads((tmp_path / "manifest.json").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps(data, indent=7, sort_keys=False))  # re-indented: fine
+    assert load_manifest(tmp_path).num_samples == _manifest().num_samples
     (tmp_path / "manifest.json").write_text("{not json")
     with pytest.raises(ManifestError, match="cannot read"):
         load_manifest(tmp_path)

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ...codecs.tabular import LabelSpec
 from ...errors import EmptySourceError, SourceError, UsageError
+from ...options import TabularOptions
 from ..base import Skipped
 from .files import FileProblem, Head, TableFile, file_kind, locate, read_head, split_suffix
 from .readers import read_blocks, typed_head
@@ -62,11 +63,11 @@ def _named(head: Head, name: str) -> Head:
     return Head(names, head.header_line, head.data_offset, head.data_line, head.delimiter)
 
 
-def select(files: List[TableFile], options: Any, label_name: Optional[str],
+def select(files: List[TableFile], options: TabularOptions, label_name: Optional[str],
            overrides: SchemaOverrides) -> Tuple[List[str], List[str]]:
     """The stored column names (in order) and the text ones; sets each file's field indices."""
     first = files[0]
-    chosen = list(getattr(options, "columns", None) or [])
+    chosen = list(options.columns or [])
     if not chosen:
         for item in files[1:]:
             if item.head.header != first.head.header:
@@ -79,7 +80,7 @@ def select(files: List[TableFile], options: Any, label_name: Optional[str],
     stored = [name for name in chosen if name != label_name]
     if not stored:
         raise UsageError(f"{first.name}: no feature column left besides the label column {label_name!r}")
-    text_columns = list(getattr(options, "text_columns", None) or [])
+    text_columns = list(options.text_columns or [])
     for name in text_columns:
         if name == label_name:
             raise UsageError(f"--text-columns: {name!r} is the label column")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import os
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -18,8 +19,9 @@ import numpy as np
 
 from ...codecs.tabular import Column, EncodedBatch, TabularCodec
 from ...errors import EmptySourceError, UsageError
+from ...options import RunOptions, TabularOptions
 from ..base import Converted, ConvertedRun, Outcome, Skipped, Source
-from .files import TableFile, normalize_decimal, normalize_delimiter
+from .files import TableFile, holds_table_tree, is_table_path, normalize_decimal, normalize_delimiter
 from .parse import ParsedTable, parse_files
 from .scan import label_spec, read_heads, sample, select
 from .types import check_scalar, describe_columns, infer_type, load_schema_file, mostly_numbers, needs_float64
@@ -32,6 +34,7 @@ class TabularSource(Source):
     """Rows of tables as tabular samples (see docs/tables.md)."""
 
     kind = "csv"
+    options_class = TabularOptions
 
     def __init__(self, files: List[TableFile], codec: TabularCodec, delimiter: str, summary: Dict[str, Any],
                  skipped: List[Skipped], parsed: ParsedTable) -> None:
@@ -62,21 +65,22 @@ class TabularSource(Source):
 
     # ---- scanning -------------------------------------------------------------------
     @classmethod
-    def scan(cls, src: str, options: Any) -> "TabularSource":
+    def claims(cls, src: str, source_options: Dict[str, Any]) -> bool:
+        if os.path.isfile(src):
+            return is_table_path(src)
+        return not source_options.get("labels") and holds_table_tree(src)
+
+    @classmethod
+    def open(cls, src: str, options: TabularOptions, run: RunOptions) -> "TabularSource":
         """Read headers, infer the schema from a sample, then parse every file once (see module doc)."""
-        label_name = getattr(options, "label_column", None)
-        no_labels = bool(getattr(options, "no_labels", False))
-        if getattr(options, "labels", None):
-            raise UsageError("--labels belongs to image trees; name the target column of a CSV with --label-column")
-        if no_labels and label_name:
-            raise UsageError("--label-column and --no-labels contradict each other")
-        if not no_labels and not label_name:
+        label_name = options.label_column
+        if not options.no_labels and not label_name:
             raise UsageError(f"{src}: name the target column of the CSV rows with --label-column COLUMN, "
                              "or pass --no-labels")
-        overrides = load_schema_file(getattr(options, "schema_file", None))
-        given = normalize_delimiter(getattr(options, "delimiter", None))
+        overrides = load_schema_file(options.schema_file)
+        given = normalize_delimiter(options.delimiter)
         files, skipped, found, delimiter = read_heads(src, given)
-        decimal = normalize_decimal(getattr(options, "decimal", None), delimiter if any(
+        decimal = normalize_decimal(options.decimal, delimiter if any(
             item.kind == "text" for item in files) else None)
         for item in files:
             item.decimal = decimal if item.kind == "text" else None
@@ -104,8 +108,7 @@ class TabularSource(Source):
         for item in files:                    # fields in the codec's order: features, then text columns
             position = {name: index for index, name in enumerate(item.head.header)}
             item.indices = [position[column.name] for column in codec.columns]
-        quiet = bool(getattr(options, "quiet", False))
-        parsed = parse_files(files, codec, delimiter, int(getattr(options, "workers", 1) or 1), quiet, src)
+        parsed = parse_files(files, codec, delimiter, run.workers, run.quiet, src)
         codec = parsed.codec
         total = sum(item.rows for item in files)
         if total == 0:
