@@ -82,10 +82,18 @@ def make_image_decoder(background: Tuple[int, int, int] = (255, 255, 255),
 
     def decode(payload: Payload) -> Any:
         from .image import apply_orientation, open_image, to_rgb
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)     # Pillow's notes on odd metadata (EXIF)
-            image = open_image(_as_bytes_io(payload), allowed)
-            image.load()
+        from PIL import Image
+
+        from ..errors import SampleError
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)     # Pillow's notes on odd metadata (EXIF)
+                # The conversion's pixel limit, not Pillow's twice-as-large hard one.
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                image = open_image(_as_bytes_io(payload), allowed)
+                image.load()
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+            raise SampleError(f"decompression bomb refused ({exc})") from None
         return to_rgb(apply_orientation(image), background)
     return decode
 

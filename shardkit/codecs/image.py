@@ -142,9 +142,7 @@ def to_rgb(image: Any, background: Tuple[int, int, int] = (255, 255, 255)) -> An
     if image.mode == "RGB" and "transparency" not in image.info:
         return image
     if image.mode in _WIDE_GRAY_MODES:
-        wide = np.clip(np.asarray(image).astype(np.int64), 0, 65535)
-        narrow = (wide * 255 + 32767) // 65535
-        image = Image.fromarray(narrow.astype(np.uint8), mode="L")
+        image = Image.fromarray(_narrow_gray(np.asarray(image)), mode="L")
     elif image.mode == "F":
         image = image.convert("L")
     try:
@@ -156,6 +154,17 @@ def to_rgb(image: Any, background: Tuple[int, int, int] = (255, 255, 255)) -> An
         return image.convert("RGB")
     except ValueError as exc:
         raise SampleError(f"colour mode {image.mode} cannot be converted to RGB ({exc})") from None
+
+
+def _narrow_gray(wide: np.ndarray) -> np.ndarray:
+    """16/32-bit grey (clipped to 0-65535) scaled to uint8, rounded, in blocks of about 256K
+    pixels: a few bytes per pixel in all, not the 8+ of one int64 array of the whole image."""
+    narrow = np.empty(wide.shape, dtype=np.uint8)
+    rows = max(1, (1 << 18) // max(1, wide.shape[1] if wide.ndim > 1 else 1))
+    for top in range(0, wide.shape[0], rows):
+        block = np.clip(wide[top:top + rows], 0, 65535).astype(np.uint32)
+        narrow[top:top + rows] = (block * 255 + 32767) // 65535
+    return narrow
 
 
 def parse_background(value: Any) -> Tuple[int, int, int]:
