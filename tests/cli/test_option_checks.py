@@ -136,3 +136,13 @@ def test_format_reader_options_round_trip_and_refuse_unknown_keys() -> None:
     with pytest.raises(UsageError, match="readahead must be bool"):
         options.from_dict({"readahead": "no"}, "x")
     assert get_format("pt").reader_options.from_dict({}, "x").to_dict() == {}
+
+
+def test_unknown_option_error_is_built_from_its_fields() -> None:
+    import pickle
+    error = UnknownOptionError("convert", "sizee", "size")
+    assert str(error) == "convert: unknown option 'sizee'; did you mean 'size'?"
+    error.suggestion = None
+    error.known = ("a", "b")
+    assert str(error) == "convert: unknown option 'sizee'; known: a, b"
+    assert str(pickle.loads(pickle.dumps(error))) == str(error) and error.exit_code == 2
