@@ -73,7 +73,7 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
     schema = dataclasses.replace(source.schema, compression=plan.compression,
                                  compression_level=plan.compression_level)
     fmt.check(schema)
-    if plan.readahead is not None and "readahead" not in fmt.reader_options:
+    if plan.readahead is not None and "readahead" not in fmt.reader_options.names():
         raise UsageError(f"--readahead/--no-readahead does not apply to {fmt.name} shards")
     ranges = source.plan_ranges(plan.max_shard_bytes, plan.samples_per_shard)
     tasks = make_tasks(ranges, plan.part_tuple)

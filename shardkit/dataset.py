@@ -15,7 +15,6 @@ from .formats.base import ShardReader
 from .handles import HANDLES
 from .integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
 from .manifest import Manifest, load_manifest
-from .options import refuse_unknown
 from .records import Encoded
 
 
@@ -49,8 +48,7 @@ class ShardDataset(torch.utils.data.Dataset):
         if self.manifest.format_version > fmt.version:
             raise ManifestError(f"{self.root}: {fmt.name} format version {self.manifest.format_version} is newer "
                                 f"than this shardkit reads ({fmt.version}); upgrade shardkit", path=self.root)
-        refuse_unknown(format_options, fmt.reader_options, f"open_dataset ({fmt.name})",
-                       also=DATASET_OPTIONS)
+        fmt.reader_options.from_dict(format_options, f"open_dataset ({fmt.name})", also=DATASET_OPTIONS)
         if max_open_shards < 1:
             raise UsageError("max_open_shards must be at least 1")
         if verify_checksums not in (False, True, "full"):

@@ -1,7 +1,7 @@
 """The ShardkitError tree: every expected failure owns a one-line message and an exit code."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 
 class ShardkitError(Exception):
@@ -22,7 +22,22 @@ class UsageError(ShardkitError, ValueError):
 
 class UnknownOptionError(UsageError, TypeError):
     """A keyword no option class knows (a misspelt option is never ignored); a TypeError too, as
-    Python raises for an unexpected keyword argument."""
+    Python raises for an unexpected keyword argument. The message is built from its fields."""
+
+    def __init__(self, where: str, name: str, suggestion: Optional[str] = None,
+                 known: Sequence[str] = ()) -> None:
+        self.where, self.name, self.suggestion, self.known = where, name, suggestion, tuple(known)
+        super().__init__(self.format_message())
+
+    def format_message(self) -> str:
+        hint = f"; did you mean {self.suggestion!r}?" if self.suggestion else f"; known: {', '.join(self.known)}"
+        return f"{self.where}: unknown option {self.name!r}{hint}"
+
+    def __str__(self) -> str:
+        return self.format_message()
+
+    def __reduce__(self) -> Any:
+        return (self.__class__, (self.where, self.name, self.suggestion, self.known))
 
 
 class NotADatasetError(UsageError, FileNotFoundError):

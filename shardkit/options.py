@@ -244,8 +244,7 @@ def refuse_unknown(names: Iterable[str], known: Sequence[str], where: str, also:
     for name in names:
         if name not in known:
             close = difflib.get_close_matches(name, [*known, *also], n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(sorted([*known, *also]))}"
-            raise UnknownOptionError(f"{where}: unknown option {name!r}{hint}")
+            raise UnknownOptionError(where, name, close[0] if close else None, sorted([*known, *also]))
 
 
 def split_convert_options(values: Dict[str, Any]) -> Tuple[PlanOptions, RunOptions, Dict[str, Any]]:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import abc
 import os
-from typing import Any, Dict, Iterator, Sequence, Tuple
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Dict, Iterator, Sequence, Tuple, Type
 
 import numpy as np
 
+from ..errors import UsageError
+from ..options import refuse_unknown
 from ..records import Encoded
 from ..schema import SampleSchema
 
@@ -82,14 +85,48 @@ class ShardReader(abc.ABC):
         """Release file handles."""
 
 
+@dataclass(frozen=True)
+class FormatOptions:
+    """Base of a format's typed reader options: from_dict refuses unknown keys and wrong types."""
+
+    @classmethod
+    def names(cls) -> Tuple[str, ...]:
+        return tuple(item.name for item in fields(cls))
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any], where: str, also: Sequence[str] = ()) -> "FormatOptions":
+        """The options in data; UnknownOptionError for a key this format's reader does not take
+        (also: other names accepted in the same call, offered as suggestions)."""
+        refuse_unknown(data, cls.names(), where, also=also)
+        for item in fields(cls):
+            if item.name in data and not isinstance(data[item.name], item.type if isinstance(item.type, type)
+                                                    else _TYPES[str(item.type)]):
+                raise UsageError(f"{where}: {item.name} must be {item.type}, not {data[item.name]!r}")
+        return cls(**data)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+_TYPES = {"bool": bool, "int": int, "str": str}
+
+
+@dataclass(frozen=True)
+class ReadaheadOptions(FormatOptions):
+    """Reader options of memory-mapped formats (HDF5, LMDB)."""
+
+    readahead: bool = True
+
+
 class ShardFormat(abc.ABC):
     """A storage format: its name, on-disk version, file extension and factories."""
 
     name: str = ""
     version: int = 1
     extension: str = ""
-    #: Keyword options its reader takes (from the manifest, or given to open_dataset).
-    reader_options: Tuple[str, ...] = ("readahead",)
+    #: The options its reader takes (recorded in the manifest's format_options, or given to
+    #: open_dataset): a FormatOptions class; the base class takes none.
+    reader_options: Type[FormatOptions] = FormatOptions
 
     def check(self, schema: SampleSchema) -> None:
         """Raise UsageError if this format cannot store samples of this schema."""

@@ -21,7 +21,7 @@ from ..errors import CorruptShardError, UsageError
 from ..integrity import fsync_path
 from ..records import Encoded, EncodedRows
 from ..schema import COMPRESSIONS, SampleSchema
-from .base import ShardFormat, ShardReader, ShardWriter, readahead_by_size
+from .base import ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
 
 #: Chunk of the packed byte stream; a random read decompresses at most two of them.
 BYTES_CHUNK = {"none": 1 << 20, "gzip": 1 << 17, "lzf": 1 << 17}
@@ -403,6 +403,7 @@ def _short(exc: BaseException) -> str:
 class HDF5Format(ShardFormat):
     """One .h5 file per shard, readable with h5py alone."""
 
+    reader_options = ReadaheadOptions
     name = "hdf5"
     version = 1
     extension = ".h5"

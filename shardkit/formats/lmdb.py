@@ -27,7 +27,7 @@ from ..errors import CorruptSampleError, CorruptShardError
 from ..integrity import fsync_path
 from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
-from .base import ShardFormat, ShardReader, ShardWriter, readahead_by_size
+from .base import ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
 from .packing import check_lengths, check_per_sample_compression, compress, payload_bytes, raw_rows, restore
 
 META_KEY = b"__meta__"
@@ -378,6 +378,7 @@ def _short(exc: BaseException, path: str) -> str:
 class LMDBFormat(ShardFormat):
     """One .lmdb environment file per shard, readable with the lmdb package alone."""
 
+    reader_options = ReadaheadOptions
     name = "lmdb"
     version = 1
     extension = ".lmdb"

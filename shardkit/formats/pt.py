@@ -212,7 +212,7 @@ class PTFormat(ShardFormat):
     name = "pt"
     version = 1
     extension = ".pt"
-    reader_options = ()         # torch.load(mmap=True) has no readahead switch
+    # no reader_options: torch.load(mmap=True) has no readahead switch
 
     def check(self, schema: SampleSchema) -> None:
         check_per_sample_compression(self.name, schema)

@@ -124,3 +124,25 @@ def test_choices_come_from_the_registries(flag: str, good: str, image_tree: Path
     assert good in choices[flag]
     result = _invoke("convert", image_tree, tmp_path / "out", flag, "bogus")
     assert result.exit_code == 2 and "is not one of" in result.output
+
+
+def test_format_reader_options_round_trip_and_refuse_unknown_keys() -> None:
+    from shardkit.formats import get_format
+    options = get_format("lmdb").reader_options
+    assert options.from_dict({"readahead": False}, "x").to_dict() == {"readahead": False}
+    assert options.from_dict({}, "x").to_dict() == {"readahead": True}
+    with pytest.raises(UnknownOptionError, match="'readahed'; did you mean 'readahead'"):
+        options.from_dict({"readahed": False}, "x")
+    with pytest.raises(UsageError, match="readahead must be bool"):
+        options.from_dict({"readahead": "no"}, "x")
+    assert get_format("pt").reader_options.from_dict({}, "x").to_dict() == {}
+
+
+def test_unknown_option_error_is_built_from_its_fields() -> None:
+    import pickle
+    error = UnknownOptionError("convert", "sizee", "size")
+    assert str(error) == "convert: unknown option 'sizee'; did you mean 'size'?"
+    error.suggestion = None
+    error.known = ("a", "b")
+    assert str(error) == "convert: unknown option 'sizee'; known: a, b"
+    assert str(pickle.loads(pickle.dumps(error))) == str(error) and error.exit_code == 2

@@ -126,7 +126,7 @@ def small_tmpfs(tmp_path: Path):
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mount)], capture_output=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip() or 'not permitted'}); "
-                    "the RLIMIT_FSIZE tests cover the same code")
+                    "the RLIMIT_FSIZE tests cover the same failures as EFBIG")
     try:
         yield mount
     finally:
@@ -153,6 +153,32 @@ def test_full_tmpfs_then_resume_after_space_returns(tree_with_a_big_image: Path,
     rewritten = [name for name in finished if _shard_identities(dst)[name] != kept[name]]
     # a shard whose done record could not be written is redone; every recorded one is kept
     assert len(rewritten) <= 1, rewritten
+
+
+def _spilling_table(tmp_path: Path) -> Path:
+    """A CSV table with string columns (so the scan spills its parsed rows to TMPDIR)."""
+    src = tmp_path / "rows.csv"
+    rng = np.random.default_rng(2)
+    rows = [f"{rng.normal():.5f},c{rng.integers(0, 9)},k{rng.integers(0, 3)}\n" for _ in range(30_000)]
+    src.write_text("x,colour,label\n" + "".join(rows))
+    return src
+
+
+def test_file_size_limit_while_a_csv_scan_spills_rows(tmp_path: Path) -> None:
+    """The spill under RLIMIT_FSIZE (no privileges needed): one line naming the spill, nothing
+    left in TMPDIR, DST never created."""
+    src = _spilling_table(tmp_path)
+    spill_dir = tmp_path / "tmp"
+    spill_dir.mkdir()
+    dst = tmp_path / "dst"
+    result = run_cli("convert", src, dst, "--label-column", "label", "-q", preexec_fn=_limit_file_size(64 * 1024),
+                     env_extra={**EPOCH, "TMPDIR": str(spill_dir)})
+    assert result.returncode == 1, result.stderr
+    assert_no_traceback(result)
+    [line] = error_lines(result)
+    assert f"{spill_dir}/shardkit-csv-" in line and "cannot write the parsed CSV rows" in line, line
+    assert "File too large" in line, line
+    assert not dst.exists() and list(spill_dir.iterdir()) == []
 
 
 def test_full_tmpdir_while_a_csv_scan_spills_rows(tmp_path: Path, small_tmpfs: Path) -> None:

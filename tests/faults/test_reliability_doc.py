@@ -20,7 +20,7 @@ def test_every_test_named_in_the_reliability_page_exists() -> None:
 
 
 #: Tests of the test tools themselves (the corpus), not of a guarantee.
-NOT_GUARANTEES = {"test_corpus_is_what_it_claims", "test_sort_order_matches_shardkit"}
+NOT_GUARANTEES = {"test_corpus_is_what_it_claims"}
 
 
 def test_every_fault_test_is_named_in_the_reliability_page() -> None:
