@@ -18,7 +18,7 @@ from .formats import get_format
 from .interrupt import SigintLatch
 from .journal import Journal, claim_destination, remove_outputs, remove_stale_temps
 from .manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
-from .plan import ShardTask, make_tasks
+from .plan import ShardTask, make_tasks, planned_order, sample_order
 from .progress import Progress
 from .sink import ShardResult, SinkContext, explain_write_failure, write_shard
 from .sources import Skipped, Source, open_source
@@ -56,6 +56,8 @@ class ConvertOptions:
     resume: bool = False
     overwrite: bool = False
     part: Optional[Any] = None
+    order: Optional[str] = None        # None: the source's default (shuffled; CSV tables: source)
+    seed: Optional[int] = None         # None: 0 (with --order shuffled)
     quiet: bool = False
 
     def validate(self) -> None:
@@ -74,6 +76,10 @@ class ConvertOptions:
             raise UsageError("--compression-level applies to --compression gzip only")
         if self.compression_level is not None and not 0 <= self.compression_level <= 9:
             raise UsageError("--compression-level must be between 0 and 9")
+        if self.order not in (None, "shuffled", "source"):
+            raise UsageError(f"--order must be shuffled or source, not {self.order!r}")
+        if self.seed is not None and not 0 <= self.seed < 2 ** 63:
+            raise UsageError("--seed must be between 0 and 2**63-1")
 
     @property
     def max_shard_bytes(self) -> Optional[int]:
@@ -138,12 +144,16 @@ def _convert_source(source: Source, src: str, dst: str, options: ConvertOptions,
     schema = dataclasses.replace(source.schema, compression=options.compression,
                                  compression_level=options.compression_level)
     fmt.check(schema)
+    order = sample_order(options.order or source.default_order, options.seed)
     ranges = source.plan_ranges(options.max_shard_bytes, options.samples_per_shard)
-    tasks = make_tasks(ranges, options.part_tuple)
     if not ranges:
         raise EmptySourceError(f"{src}: no input to convert ({_describe_summary(source.summary())})", path=src)
-    plan_fingerprint = _fingerprint(source.fingerprint(), options, schema, ranges, part=None)
-    fingerprint = _fingerprint(source.fingerprint(), options, schema, ranges, part=options.part_tuple)
+    permutation = planned_order(ranges[-1][1], order)
+    if permutation is not None:
+        ranges = source.plan_ranges(options.max_shard_bytes, options.samples_per_shard, permutation)
+    tasks = make_tasks(ranges, options.part_tuple)
+    plan_fingerprint = _fingerprint(source.fingerprint(), options, schema, ranges, order, part=None)
+    fingerprint = _fingerprint(source.fingerprint(), options, schema, ranges, order, part=options.part_tuple)
     finished = _already_complete(dst, fingerprint, options)
     if finished is not None:
         return _report_for(finished, dst, started, reused=len(finished.shards))
@@ -168,7 +178,8 @@ def _convert_source(source: Source, src: str, dst: str, options: ConvertOptions,
                                   f"first: {_first_skip(done, plan_skipped)}")
         ctx = SinkContext(dst=dst, source=source, format_name=fmt.name, schema=schema,
                           format_options=fmt.default_options(schema, source.estimated_bytes()),
-                          on_error=options.on_error, max_errors=options.max_errors, error_limit=options.max_errors)
+                          on_error=options.on_error, max_errors=options.max_errors, error_limit=options.max_errors,
+                          order=permutation)
         if options.readahead is not None:
             ctx.format_options["readahead"] = bool(options.readahead)
         results = done + _run(ctx, pending, options, already_skipped=already_skipped, latch=latch)
@@ -217,10 +228,10 @@ def _destination_failure(dst: str, exc: OSError) -> ConversionError:
 
 
 def _fingerprint(source_fp: str, options: ConvertOptions, schema: Any, ranges: List[Tuple[int, int]],
-                 part: Optional[Tuple[int, int]]) -> str:
+                 order: Dict[str, Any], part: Optional[Tuple[int, int]]) -> str:
     """Digest of what the output depends on; with part=None it names the whole plan (for merge)."""
     record = {"source": source_fp, "format": options.format, "schema": schema.to_dict(),
-              "ranges": ranges, "part": part}
+              "ranges": ranges, "order": order, "part": part}
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
@@ -353,7 +364,8 @@ def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContex
                     source={"kind": source.kind, "path": os.path.abspath(src), "summary": summary,
                             "fingerprint": fingerprint},
                     format_options=ctx.format_options, created=created, shardkit_version=__version__,
-                    part=None if part is None else {"index": part[0], "count": part[1]})
+                    part=None if part is None else {"index": part[0], "count": part[1]},
+                    order=sample_order(options.order or source.default_order, options.seed))
 
 
 def _write_skipped(dst: str, lines: List[Dict[str, Any]]) -> None:

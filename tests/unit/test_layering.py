@@ -10,7 +10,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "shardkit"
 
 LAYERS = {
-    "errors": 0, "units": 0, "records": 0, "schema": 0,
+    "errors": 0, "units": 0, "records": 0, "schema": 0, "order": 0,
     "integrity": 1, "manifest": 1, "codecs": 1, "plan": 1, "progress": 1, "journal": 1, "samples": 1, "interrupt": 1,
     "workers": 1,
     "sources": 2, "formats": 2,
