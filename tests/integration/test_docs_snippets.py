@@ -8,7 +8,7 @@ import pytest
 from ..formats.test_docs_contract import REPO, python_blocks
 
 
-@pytest.mark.parametrize("page", ["quickstart.md", "api.md"])
+@pytest.mark.parametrize("page", ["quickstart.md", "api.md", "training.md"])
 def test_docs_snippets_run(page: str, dataset_dir: Path, image_tree: Path, tmp_path: Path) -> None:
     blocks = python_blocks(REPO / "docs" / page)
     assert blocks
