@@ -152,3 +152,24 @@ def test_older_manifests_without_order_read_as_source_order() -> None:
     for dst in sorted(golden.glob("*-v1")):
         manifest = shardkit.open_dataset(dst).manifest
         assert manifest.order is None and "order" not in json.loads((dst / "manifest.json").read_text())
+
+
+def test_interrupted_shuffled_conversion_resumes_byte_identical(image_tree: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run stopped at a bad image in its last shuffled shard, resumed, equals an uninterrupted run."""
+    import shutil
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    tree = tmp_path / "tree"
+    shutil.copytree(image_tree, tree)
+    files = image_files(tree)
+    last = files[seeded_permutation(len(files), 11)[-1]]
+    (tree / last).write_bytes(b"not an image")
+    options = dict(format="hdf5", samples_per_shard=16, seed=11, quiet=True)
+    with pytest.raises(shardkit.ConversionError, match="--on-error fail"):
+        shardkit.convert(str(tree), str(tmp_path / "stopped"), on_error="fail", **options)
+    assert not (tmp_path / "stopped" / "manifest.json").exists()
+    report = shardkit.convert(str(tree), str(tmp_path / "stopped"), resume=True, **options)
+    assert report.shards_reused == 7 and report.skipped == 1
+    shardkit.convert(str(tree), str(tmp_path / "whole"), **options)
+    assert _digests(tmp_path / "stopped") == _digests(tmp_path / "whole")
+    assert (tmp_path / "stopped" / "manifest.json").read_bytes() == (tmp_path / "whole" / "manifest.json").read_bytes()
