@@ -173,3 +173,10 @@ def test_interrupted_shuffled_conversion_resumes_byte_identical(image_tree: Path
     shardkit.convert(str(tree), str(tmp_path / "whole"), **options)
     assert _digests(tmp_path / "stopped") == _digests(tmp_path / "whole")
     assert (tmp_path / "stopped" / "manifest.json").read_bytes() == (tmp_path / "whole" / "manifest.json").read_bytes()
+
+
+def test_info_shows_the_order(dataset_dir: Path) -> None:
+    result = CliRunner().invoke(main, ["info", str(dataset_dir)])
+    assert result.exit_code == 0 and "order        shuffled (seed 0)" in result.output
+    data = json.loads(CliRunner().invoke(main, ["info", str(dataset_dir), "--json"]).output)
+    assert data["order"] == {"kind": "shuffled", "seed": 0}
