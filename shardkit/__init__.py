@@ -33,6 +33,8 @@ _LAZY = {
     "convert": "shardkit.conversion",
     "merge": "shardkit.merging",
     "open_dataset": "shardkit.dataset",
+    "random_split": "shardkit.splits",
+    "train_val_split": "shardkit.splits",
     "verify": "shardkit.verification",
     "worker_init_fn": "shardkit.handles",
 }
@@ -54,5 +56,6 @@ __all__ = sorted([
     "ConversionError", "ConvertReport", "CorruptSampleError", "CorruptShardError", "DestinationExistsError",
     "EmptySourceError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError", "NotADatasetError",
     "PTDataset", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError", "SourceError",
-    "UsageError", "VerifyReport", "__version__", "convert", "merge", "open_dataset", "verify", "worker_init_fn",
+    "UsageError", "VerifyReport", "__version__", "convert", "merge", "open_dataset", "random_split",
+    "train_val_split", "verify", "worker_init_fn",
 ])

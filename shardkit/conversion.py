@@ -20,7 +20,7 @@ from .interrupt import SigintLatch
 from .journal import Journal, claim_destination, remove_outputs, remove_stale_temps
 from .manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
 from .options import DEFAULT_FORMAT, PlanOptions, RunOptions, split_convert_options
-from .plan import ShardTask, make_tasks
+from .plan import ShardTask, make_tasks, planned_order, sample_order
 from .progress import Progress
 from .sink import NOT_WRITABLE, ShardResult, SinkContext, explain_write_failure, reusable_result, write_shard
 from .sources import Skipped, Source, open_source
@@ -75,13 +75,17 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
     fmt.check(schema)
     if plan.readahead is not None and "readahead" not in fmt.reader_options.names():
         raise UsageError(f"--readahead/--no-readahead does not apply to {fmt.name} shards")
+    order = sample_order(plan.order or source.default_order, plan.seed)
     ranges = source.plan_ranges(plan.max_shard_bytes, plan.samples_per_shard)
-    tasks = make_tasks(ranges, plan.part_tuple)
     if not ranges:
         raise EmptySourceError(f"{src}: no input to convert ({_describe_summary(source.summary())})"
                                f"{source.empty_hint()}", path=src)
-    plan_fingerprint = _fingerprint(source.fingerprint(), plan, schema, ranges, part=None)
-    fingerprint = _fingerprint(source.fingerprint(), plan, schema, ranges, part=plan.part_tuple)
+    permutation = planned_order(ranges[-1][1], order)
+    if permutation is not None:
+        ranges = source.plan_ranges(plan.max_shard_bytes, plan.samples_per_shard, permutation)
+    tasks = make_tasks(ranges, plan.part_tuple)
+    plan_fingerprint = _fingerprint(source.fingerprint(), plan, schema, ranges, order, part=None)
+    fingerprint = _fingerprint(source.fingerprint(), plan, schema, ranges, order, part=plan.part_tuple)
     finished = _already_complete(dst, fingerprint, run)
     if finished is not None:
         return _report_for(finished, dst, started, reused=len(finished.shards))
@@ -106,12 +110,14 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
                                   f"first: {_first_skip(done, plan_skipped)}")
         ctx = SinkContext(dst=dst, source=source, format_name=fmt.name, schema=schema,
                           format_options=fmt.default_options(schema, source.estimated_bytes()),
-                          on_error=run.on_error, max_errors=run.max_errors, error_limit=run.max_errors)
+                          on_error=run.on_error, max_errors=run.max_errors, error_limit=run.max_errors,
+                          order=permutation)
         if plan.readahead is not None:
             ctx.format_options["readahead"] = bool(plan.readahead)
         results = done + _run(ctx, pending, run, already_skipped=already_skipped, latch=latch)
         results.sort(key=lambda result: result.shard)
-        manifest = _assemble(results, source, fmt, ctx, created, fingerprint, plan_skipped, plan.part_tuple, src)
+        manifest = _assemble(results, source, fmt, ctx, created, fingerprint, plan_skipped, plan.part_tuple, src,
+                             order)
         if manifest.part is not None:
             # plan_skipped: skipped.jsonl starts with the scan's skips, the same lines in every part
             manifest.part.update(plan_fingerprint=plan_fingerprint, plan_shards=len(ranges),
@@ -182,10 +188,10 @@ def _destination_failure(dst: str, exc: OSError) -> ShardkitError:
 
 
 def _fingerprint(source_fp: str, plan: PlanOptions, schema: Any, ranges: List[Tuple[int, int]],
-                 part: Optional[Tuple[int, int]]) -> str:
+                 order: Dict[str, Any], part: Optional[Tuple[int, int]]) -> str:
     """Digest of what the output depends on; with part=None it names the whole plan (for merge)."""
     record = {"source": source_fp, "format": plan.format, "schema": schema.to_dict(),
-              "ranges": ranges, "part": part}
+              "ranges": ranges, "order": order, "part": part}
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
@@ -302,7 +308,8 @@ def _executor(options: RunOptions) -> Callable[..., None]:
 
 
 def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContext, created: str,
-              fingerprint: str, plan_skipped: List[Skipped], part: Optional[Tuple[int, int]], src: str) -> Manifest:
+              fingerprint: str, plan_skipped: List[Skipped], part: Optional[Tuple[int, int]], src: str,
+              order: Dict[str, Any]) -> Manifest:
     entries: List[ShardEntry] = []
     first = 0
     tags: Dict[str, int] = {}
@@ -330,7 +337,8 @@ def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContex
                     source={"kind": source.kind, "path": os.path.abspath(src), "summary": summary,
                             "fingerprint": fingerprint},
                     format_options=ctx.format_options, created=created, shardkit_version=__version__,
-                    part=None if part is None else {"index": part[0], "count": part[1]})
+                    part=None if part is None else {"index": part[0], "count": part[1]},
+                    order=order)
 
 
 def _write_skipped(dst: str, lines: List[Dict[str, Any]]) -> None:

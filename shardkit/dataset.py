@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import bisect
+import operator
 import os
 from typing import Any, Callable, Dict, List, Optional
 
@@ -121,12 +122,9 @@ class ShardDataset(torch.utils.data.Dataset):
         return self._length
 
     # ---- access ------------------------------------------------------------------
-    def locate(self, index: int) -> "tuple[int, int]":
+    def locate(self, index: Any) -> "tuple[int, int]":
         """(shard number, index within shard) of a global index."""
-        if index < 0:
-            index += self._length
-        if not 0 <= index < self._length:
-            raise IndexError(f"index {index} out of range for dataset of {self._length} samples")
+        index = sample_index(index, self._length)
         shard = bisect.bisect_right(self._starts, index) - 1
         return shard, index - self._starts[shard]
 
@@ -188,8 +186,9 @@ class ShardDataset(torch.utils.data.Dataset):
                                     f"{self._counts[shard]}", path=path)
         return reader
 
-    def read_encoded(self, index: int) -> Encoded:
+    def read_encoded(self, index: Any) -> Encoded:
         """The stored record of a global index (CRC checked when verify_checksums)."""
+        index = sample_index(index, self._length)
         shard, local = self.locate(index)
         reader = self.reader(shard)
         path = self._paths[shard]
@@ -271,6 +270,21 @@ class PTDataset(ShardDataset):
     """ShardDataset that insists on PyTorch .pt shards."""
 
     format_name = "pt"
+
+
+def sample_index(index: Any, length: int) -> int:
+    """index as a Python int in [0, length): ints, numpy integers and 0-d integer tensors, negative
+    ones counted from the end as Python does; TypeError for any other type (floats, bools, arrays)."""
+    kind = str(getattr(index, "dtype", type(index).__name__))
+    if getattr(index, "ndim", 0) != 0 or "bool" in kind:
+        raise TypeError(f"sample index must be an integer, not {type(index).__name__} {kind}")
+    try:
+        position = operator.index(index)
+    except TypeError:
+        raise TypeError(f"sample index must be an integer, not {type(index).__name__}") from None
+    if not -length <= position < length:
+        raise IndexError(f"index {position} out of range for dataset of {length} samples")
+    return position + length if position < 0 else position
 
 
 def open_dataset(root: "str | os.PathLike[str]", **kwargs: Any) -> ShardDataset:

@@ -23,6 +23,7 @@ def info(dst: str) -> Dict[str, Any]:
         "classes": manifest.classes,
         "source": manifest.source,
         "part": manifest.part,
+        "order": manifest.order or {"kind": "source"},
     }
     data["samples_per_class"] = samples_per_class(data)
     return data
@@ -59,6 +60,8 @@ def render_info(data: Dict[str, Any]) -> str:
         + (f": {', '.join(_with_counts(data)[:10])}{' ...' if len(data['classes']) > 10 else ''}"
            if data["classes"] else ""),
         f"created      {data['created']}",
+        f"order        {data['order']['kind']}"
+        + (f" (seed {data['order']['seed']})" if "seed" in data["order"] else ""),
     ]
     summary = data["source"].get("summary", {})
     if summary:

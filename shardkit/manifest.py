@@ -75,6 +75,9 @@ class Manifest:
     created: str = ""
     shardkit_version: str = ""
     part: Optional[Dict[str, int]] = None
+    #: {"kind": "shuffled", "seed": N} or {"kind": "source"}; None: written before the order was recorded
+    #: (always source order then)
+    order: Optional[Dict[str, Any]] = None
 
     @property
     def num_samples(self) -> int:
@@ -103,6 +106,8 @@ class Manifest:
         }
         if self.part is not None:
             body["part"] = dict(self.part)
+        if self.order is not None:
+            body["order"] = dict(self.order)
         body["manifest_sha256"] = _body_checksum(body)
         return body
 
@@ -135,7 +140,7 @@ class Manifest:
                 classes=[str(name) for name in data.get("classes", [])],
                 source=dict(data.get("source", {})), format_options=dict(data.get("format_options", {})),
                 created=str(data.get("created", "")), shardkit_version=str(data.get("shardkit_version", "")),
-                part=data.get("part"))
+                part=data.get("part"), order=data.get("order"))
         except ManifestError:
             raise
         except (KeyError, TypeError, ValueError) as exc:

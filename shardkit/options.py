@@ -86,6 +86,8 @@ class PlanOptions(OptionGroup):
     compression_level: Optional[int] = option("--compression-level")
     readahead: Optional[bool] = option("--readahead/--no-readahead")
     part: Optional[Any] = option("--part")
+    order: Optional[str] = option("--order")     # None: the source's default (shuffled; tables: source)
+    seed: Optional[int] = option("--seed")       # None: 0 (with --order shuffled)
 
     def check(self) -> None:
         if self.samples_per_shard is not None and self.samples_per_shard < 1:
@@ -94,6 +96,10 @@ class PlanOptions(OptionGroup):
             raise UsageError("--compression-level applies to --compression gzip only")
         if self.compression_level is not None and not 0 <= self.compression_level <= 9:
             raise UsageError("--compression-level must be between 0 and 9")
+        if self.order not in (None, "shuffled", "source"):
+            raise UsageError(f"--order must be shuffled or source, not {self.order!r}")
+        if self.seed is not None and not 0 <= self.seed < 2 ** 63:
+            raise UsageError("--seed must be between 0 and 2**63-1")
         _ = (self.max_shard_bytes, self.part_tuple)     # parse errors surface before anything runs
 
     @property

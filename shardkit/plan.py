@@ -5,9 +5,12 @@ Parallel workers, --part, --resume and merge all rely on it being deterministic.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+
+from .errors import UsageError
+from .order import seeded_permutation
 
 
 @dataclass(frozen=True)
@@ -63,3 +66,21 @@ def make_tasks(ranges: List[Tuple[int, int]], part: Optional[Tuple[int, int]] = 
     index, count = part
     total = len(tasks)
     return tasks[index * total // count:(index + 1) * total // count]
+
+
+def sample_order(kind: str, seed: Optional[int]) -> Dict[str, Any]:
+    """The manifest's record of the sample order: {"kind": "shuffled", "seed": N} or {"kind": "source"}."""
+    if kind == "source":
+        if seed is not None:
+            raise UsageError("--seed applies to --order shuffled only (this source is written in "
+                             "source order unless --order shuffled is given)")
+        return {"kind": "source"}
+    return {"kind": "shuffled", "seed": int(seed or 0)}
+
+
+def planned_order(count: int, order: Dict[str, Any]) -> Optional[np.ndarray]:
+    """Source item of each plan position for a shuffled order (a seeded permutation of the
+    count items, see order.py); None for source order (position p is item p)."""
+    if order["kind"] == "source":
+        return None
+    return seeded_permutation(count, order["seed"])

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+import numpy as np
+
 from .errors import ConversionError
 from .formats import get_format
 from .integrity import durable_replace, hash_file, hash_shard_file, temp_path
@@ -39,6 +41,9 @@ class SinkContext:
     max_errors: Optional[int] = None
     #: the --max-errors the user gave, for messages
     error_limit: Optional[int] = None
+    #: the planned order (--order shuffled): position p of the plan is source item order[p];
+    #: None: source order
+    order: Optional[np.ndarray] = None
 
 
 @dataclass
@@ -95,8 +100,15 @@ def shard_relpath(task: ShardTask, extension: str) -> str:
     return f"{SHARDS_DIR}/{task.name}{extension}"
 
 
+def planned_items(order: Optional[np.ndarray], task: ShardTask) -> np.ndarray:
+    """The source items of a task's plan positions [start, stop), in the order they are written."""
+    if order is None:
+        return np.arange(task.start, task.stop, dtype=np.int64)
+    return order[task.start:task.stop]
+
+
 def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn] = None) -> ShardResult:
-    """Encode items [start, stop) into DST/shards/<stem>; temp name, fsync, rename, hash, record.
+    """Encode the task's planned items into DST/shards/<stem>; temp name, fsync, rename, hash, record.
 
     A failure to write (disk full, file size limit, I/O error — whatever the format's library
     raises) becomes a ConversionError naming the shard; the temporary file is removed and no
@@ -116,7 +128,7 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
     except Exception as exc:  # noqa: BLE001 - any library's failure to create the file
         raise write_failure(final, task, exc) from None
     try:
-        for outcome in ctx.source.encode_range(task.start, task.stop):
+        for outcome in ctx.source.encode_items(planned_items(ctx.order, task)):
             if isinstance(outcome, Skipped):
                 skipped.append(outcome)
                 if ctx.on_error == "fail":

@@ -44,6 +44,9 @@ from .output import echo_json
 @click.option("--text-columns", default=None, help="CSV: comma-separated columns kept as UTF-8 text.")
 @click.option("--schema", "schema_file", type=click.Path(), default=None, help="CSV: JSON schema overriding inference.")
 @click.option("--readahead/--no-readahead", default=None, help="LMDB/HDF5 readers: OS readahead (default by size).")
+@click.option("--order", type=click.Choice(["shuffled", "source"]), default=None,
+              help="Sample order: a seeded shuffle, or source order [default: shuffled; CSV tables: source].")
+@click.option("--seed", type=int, default=None, help="Seed of --order shuffled [default: 0].")
 @click.option("--workers", type=int, default=None,
               help="Processes writing shards (and parsing the files of a CSV tree) in parallel "
                    "[default: $SHARDKIT_WORKERS, else the CPUs this process may use].")

@@ -57,6 +57,8 @@ class Source(abc.ABC):
     kind: str = ""
     #: The typed options this kind of source takes (see options.py).
     options_class: Type[SourceOptions] = SourceOptions
+    #: The --order used when none is given (see docs/cli.md: shuffled, except for CSV tables).
+    default_order: str = "shuffled"
     schema: SampleSchema
     classes: List[str]
 
@@ -74,15 +76,49 @@ class Source(abc.ABC):
     def item_sizes(self) -> np.ndarray:
         """Estimated stored bytes of each item, in item order (for --shard-size)."""
 
-    def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int]) -> List[Tuple[int, int]]:
-        """Item ranges [start, stop), one per shard. Sources whose items are too many to list
+    def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int],
+                    order: Optional[np.ndarray] = None) -> List[Tuple[int, int]]:
+        """Ranges [start, stop) of positions in the planned order (items in source order, or
+        order[position] when given), one per shard. Sources whose items are too many to list
         (CSV rows) override this with their own deterministic cut."""
         from ..plan import cut_shards
-        return cut_shards(self.item_sizes(), max_bytes, max_items)
+        sizes = self.item_sizes()
+        return cut_shards(sizes if order is None else sizes[order], max_bytes, max_items)
 
     @abc.abstractmethod
     def encode_range(self, start: int, stop: int) -> Iterator[Outcome]:
         """Encoded samples (or Skipped) for items [start, stop), in order."""
+
+    def encode_items(self, items: np.ndarray) -> Iterator[Outcome]:
+        """One outcome per item of `items` (item numbers), in that order.
+
+        A contiguous ascending run goes to encode_range. Any other set is served by encoding
+        the range that covers it once and keeping the items asked for, in memory (one shard's
+        worth); sources with cheap random access (image files) override this.
+        """
+        items = np.asarray(items, dtype=np.int64)
+        if not len(items):
+            return
+        first, last = int(items.min()), int(items.max())
+        if last - first + 1 == len(items) and bool(np.all(np.diff(items) == 1)):
+            yield from self.encode_range(first, last + 1)
+            return
+        wanted = set(items.tolist())
+        kept: Dict[int, Outcome] = {}
+        position = first
+        for outcome in self.encode_range(first, last + 1):
+            if isinstance(outcome, ConvertedRun):
+                share = outcome.source_bytes // max(1, len(outcome.samples))
+                for offset, sample in enumerate(outcome.samples):
+                    if position + offset in wanted:
+                        kept[position + offset] = Converted(sample, share)
+                position += len(outcome.samples)
+                continue
+            if position in wanted:
+                kept[position] = outcome
+            position += 1
+        for item in items.tolist():
+            yield kept.pop(item)
 
     @abc.abstractmethod
     def fingerprint(self) -> str:

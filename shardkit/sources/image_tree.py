@@ -134,8 +134,12 @@ class ImageTreeSource(Source):
         return digest.hexdigest()
 
     def encode_range(self, start: int, stop: int) -> Iterator[Outcome]:
-        prefix = os.path.join(self.root, "")           # one join per range, not per image
-        for index in range(start, stop):
+        return self.encode_items(np.arange(start, stop, dtype=np.int64))
+
+    def encode_items(self, items: np.ndarray) -> Iterator[Outcome]:
+        """Each image file is read on its own, so any order costs the same."""
+        prefix = os.path.join(self.root, "")           # one join per call, not per image
+        for index in np.asarray(items, dtype=np.int64).tolist():
             rel = self.paths[index]
             try:
                 data = read_regular_file(prefix + rel)

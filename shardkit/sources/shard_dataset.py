@@ -25,6 +25,9 @@ class ShardDatasetSource(Source):
 
     kind = "shardkit_dataset"
     options_class = ReshardOptions
+    #: Its samples were ordered when it was written; keeping that order keeps ds[i] the same sample
+    #: across a format change. --order shuffled reorders it on request.
+    default_order = "source"
 
     def __init__(self, root: str, manifest: Manifest) -> None:
         self.root = root
@@ -56,8 +59,12 @@ class ShardDatasetSource(Source):
     def estimated_bytes(self) -> int:
         return int(self.manifest.total_bytes)
 
-    def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int]) -> List[Tuple[int, int]]:
-        """cut_shards over per-shard average sample sizes, computed run by run (no per-item array)."""
+    def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int],
+                    order: Optional[np.ndarray] = None) -> List[Tuple[int, int]]:
+        """cut_shards over per-shard average sample sizes; in source order computed run by run
+        (no per-item array)."""
+        if order is not None:
+            return super().plan_ranges(max_bytes, max_items, order)
         total = int(self._starts[-1])
         if not total:
             return []
@@ -108,6 +115,25 @@ class ShardDatasetSource(Source):
             finally:
                 reader.close()
             index = end
+
+    def encode_items(self, items: np.ndarray) -> Iterator[Outcome]:
+        """Records of any items: each source shard they touch is opened once, and the records
+        are handed on in the order asked (one output shard's worth is held in memory)."""
+        items = np.asarray(items, dtype=np.int64)
+        if len(items) and bool(np.all(np.diff(items) == 1)):
+            yield from self.encode_range(int(items[0]), int(items[-1]) + 1)
+            return
+        shards = np.searchsorted(self._starts, items, side="right") - 1
+        kept: Dict[int, Outcome] = {}
+        for shard in np.unique(shards).tolist():
+            reader = self._open(shard)
+            try:
+                for item in np.sort(items[shards == shard]).tolist():
+                    kept[item] = self._copy(reader, shard, item - int(self._starts[shard]))
+            finally:
+                reader.close()
+        for item in items.tolist():
+            yield kept.pop(item)
 
     # ---- helpers ------------------------------------------------------------------
     def _open(self, shard: int) -> ShardReader:

@@ -12,12 +12,12 @@ import pytest
 import shardkit
 from shardkit.samples import make_image_tree
 
-from ..conftest import image_files
+from ..conftest import files_in_dataset_order, image_files
 
 
 def test_passthrough_round_trip_is_byte_identical(dataset_dir: Path, image_tree: Path) -> None:
     ds = shardkit.open_dataset(dataset_dir, decode=None)
-    files = image_files(image_tree)
+    files = files_in_dataset_order(image_tree, dataset_dir)
     assert len(ds) == len(files) == 120
     assert ds.classes == ["circle", "square", "stripes", "triangle"]
     for index, rel in enumerate(files):
@@ -28,7 +28,7 @@ def test_passthrough_round_trip_is_byte_identical(dataset_dir: Path, image_tree:
 
 def test_decode_modes(dataset_dir: Path, image_tree: Path) -> None:
     from PIL import Image
-    first = image_files(image_tree)[0]
+    first = files_in_dataset_order(image_tree, dataset_dir)[0]
     with Image.open(image_tree / first) as original:
         expected = np.asarray(original.convert("RGB"))
     pil_image, label = shardkit.open_dataset(dataset_dir, decode="pil")[0]
@@ -65,7 +65,7 @@ def test_dataset_class_matches_format(dataset_dir: Path, fmt: str) -> None:
 
 def test_targets_and_labels(dataset_dir: Path, image_tree: Path) -> None:
     ds = shardkit.open_dataset(dataset_dir, decode=None)
-    expected = [ds.classes.index(rel.split("/")[0]) for rel in image_files(image_tree)]
+    expected = [ds.classes.index(rel.split("/")[0]) for rel in files_in_dataset_order(image_tree, dataset_dir)]
     assert ds.targets().tolist() == expected
 
 
@@ -101,12 +101,14 @@ def test_labels_csv_and_unlabeled(image_tree: Path, tmp_path: Path, fmt: str) ->
     shardkit.convert(str(image_tree), str(dst), format=fmt, labels=str(labels), path_column="file",
                      label_column="target", quiet=True)
     ds = shardkit.open_dataset(dst, decode=None)
+    files = files_in_dataset_order(image_tree, dst)
     assert ds.classes == ["0", "10"]
     assert [label for _, label in (ds[i] for i in range(len(ds)))] == [int(r[-10:-4]) % 2 for r in files]
 
     dst = tmp_path / "unlabelled"
-    shardkit.convert(str(image_tree), str(dst), format=fmt, no_labels=True, quiet=True)
+    shardkit.convert(str(image_tree), str(dst), format=fmt, no_labels=True, order="source", quiet=True)
     ds = shardkit.open_dataset(dst, decode=None)
+    files = image_files(image_tree)
     assert ds.classes == [] and len(ds) == len(files)
     assert bytes(memoryview(ds[0])) == (image_tree / files[0]).read_bytes()
 
@@ -125,7 +127,7 @@ def test_more_shards_than_open_handles(image_tree: Path, tmp_path: Path, fmt: st
     ds = shardkit.open_dataset(dst, decode=None, max_open_shards=3)
     from shardkit.handles import HANDLES
     rng = np.random.default_rng(0)
-    files = image_files(image_tree)
+    files = files_in_dataset_order(image_tree, dst)
     for index in rng.permutation(len(ds))[:80]:
         assert bytes(memoryview(ds[int(index)][0])) == (image_tree / files[index]).read_bytes()
         assert len(HANDLES) <= 3

@@ -5,11 +5,11 @@ import pickle
 from pathlib import Path
 
 import shardkit
-from tests.conftest import image_files
+from tests.conftest import files_in_dataset_order
 
 
 def test_decode_none_returns_the_source_file_bytes(dataset_dir: Path, image_tree: Path) -> None:
-    files = image_files(image_tree)
+    files = files_in_dataset_order(image_tree, dataset_dir)
     ds = shardkit.open_dataset(dataset_dir, decode=None, verify_checksums=True)
     assert len(ds) == len(files)
     for index in (0, 1, len(ds) // 2, len(ds) - 1):

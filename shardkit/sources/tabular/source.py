@@ -34,6 +34,7 @@ class TabularSource(Source):
     """Rows of tables as tabular samples (see docs/tables.md)."""
 
     kind = "csv"
+    default_order = "source"     # why: docs/tables.md, "Row order"
     options_class = TabularOptions
 
     def __init__(self, files: List[TableFile], codec: TabularCodec, delimiter: str, summary: Dict[str, Any],
@@ -141,8 +142,10 @@ class TabularSource(Source):
             return self.codec.estimated_row_bytes()
         return self.codec.estimated_row_bytes(self._summary["file_bytes"] / max(1, self.total_rows))
 
-    def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int]) -> List[Tuple[int, int]]:
-        """Consecutive row ranges of at most max_items rows and (estimated) max_bytes stored bytes."""
+    def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int],
+                    order: Optional[np.ndarray] = None) -> List[Tuple[int, int]]:
+        """Consecutive ranges of at most max_items rows and (estimated) max_bytes stored bytes;
+        every row has the same estimated size, so the cut is the same in any order."""
         step = max_items or self.total_rows
         if max_bytes is not None:
             step = min(step, max(1, max_bytes // self._row_bytes()))
