@@ -79,7 +79,7 @@ class Journal:
         """The plan record of an earlier run, if any."""
         try:
             return json.loads((self.root / "plan.json").read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
 
     def write_plan(self, record: Dict[str, Any]) -> None:
@@ -89,7 +89,7 @@ class Journal:
         """The done record of a shard, or None if it is missing or unreadable."""
         try:
             return json.loads((self.done_dir / f"{stem}.json").read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
 
     def write_done(self, stem: str, record: Dict[str, Any]) -> None:

@@ -188,4 +188,6 @@ def load_manifest(dst: PathLike) -> Manifest:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"{path}: cannot read manifest ({exc})", path=str(path)) from None
+    except RecursionError:
+        raise ManifestError(f"{path}: cannot read manifest (nested too deeply)", path=str(path)) from None
     return Manifest.from_dict(data, where=str(path))

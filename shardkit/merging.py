@@ -3,6 +3,7 @@ sample order as a single-machine run. Shards are hard-linked where possible, els
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import shutil
@@ -96,9 +97,14 @@ def _check_parts(parts: List[str], manifests: List[Manifest]) -> List[Any]:
                              path=part_dir)
         by_index[info["index"]] = (part_dir, manifest)
     count = reference[0]
-    missing = sorted(set(range(count)) - set(by_index))
+    if type(count) is not int or count < 1 \
+            or any(type(index) is not int or not 0 <= index < count for index in by_index):
+        raise UsageError(f"{parts[0]}: part record {manifests[0].part!r} is malformed", path=parts[0])
+    # The first few missing indices, in time and memory bounded by the parts given (not by count).
+    missing = list(itertools.islice((index for index in range(count) if index not in by_index), 10))
     if missing:
-        raise UsageError(f"merge needs all {count} parts; missing part(s) {', '.join(map(str, missing))}")
+        more = ", ..." if count - len(by_index) > len(missing) else ""
+        raise UsageError(f"merge needs all {count} parts; missing part(s) {', '.join(map(str, missing))}{more}")
     return [by_index[index] for index in range(count)]
 
 
