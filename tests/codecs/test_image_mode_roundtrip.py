@@ -36,7 +36,8 @@ def ordered_images(root: Path) -> List[str]:
 
 
 def convert(src: Path, dst: Path, fmt: str, mode: str, **extra: Any) -> Path:
-    options = {**MODE_OPTIONS[mode], **extra}
+    """Convert in source order: the tests below compare sample i with the i-th sorted file."""
+    options = {"order": "source", **MODE_OPTIONS[mode], **extra}
     shardkit.convert(str(src), str(dst), format=fmt, image_mode=mode, samples_per_shard=5, quiet=True, **options)
     return dst
 

@@ -73,10 +73,11 @@ def raw_cases(request: pytest.FixtureRequest, image_tree: Path, tmp_path_factory
     cases = {}
     dst = root / "gzip"
     shardkit.convert(str(image_tree), str(dst), format=fmt, compression="gzip", compression_level=6,
-                     samples_per_shard=50, quiet=True)
+                     samples_per_shard=50, order="source", quiet=True)
     cases[str(dst)] = images
     dst = root / "unlabeled"
-    shardkit.convert(str(image_tree), str(dst), format=fmt, no_labels=True, samples_per_shard=70, quiet=True)
+    shardkit.convert(str(image_tree), str(dst), format=fmt, no_labels=True, samples_per_shard=70, order="source",
+                     quiet=True)
     cases[str(dst)] = [[sha, None, None, None] for sha, *_ in images]
     rng = np.random.default_rng(5)
     for name, schema in (("rgb", SampleSchema(kind="image", layout="array", dtype="uint8", shape=(6, 5, 3))),
