@@ -9,7 +9,8 @@ from typing import Any
 
 from .errors import (  # noqa: F401 - re-exported
     ConversionError, CorruptSampleError, CorruptShardError, DestinationExistsError, EmptySourceError,
-    LockedError, ManifestError, NotADatasetError, SampleError, ShardkitError, SourceError, UsageError)
+    ForeignShardError, LockedError, ManifestError, NotADatasetError, SampleError, ShardkitError, SourceError,
+    UsageError)
 
 __version__ = "0.1.0"
 
@@ -43,7 +44,8 @@ def __dir__() -> list:
 
 __all__ = sorted([
     "ConversionError", "ConvertReport", "CorruptSampleError", "CorruptShardError", "DestinationExistsError",
-    "EmptySourceError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError", "NotADatasetError",
+    "EmptySourceError", "ForeignShardError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError",
+    "NotADatasetError",
     "PTDataset", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardkitError", "SourceError",
     "UsageError", "VerifyReport", "__version__", "convert", "merge", "open_dataset", "verify", "worker_init_fn",
 ])

@@ -138,7 +138,9 @@ def _convert_source(source: Source, src: str, dst: str, options: ConvertOptions,
     schema = dataclasses.replace(source.schema, compression=options.compression,
                                  compression_level=options.compression_level)
     fmt.check(schema)
-    ranges = source.plan_ranges(options.max_shard_bytes, options.samples_per_shard)
+    max_bytes = options.max_shard_bytes
+    ranges = source.plan_ranges(None if max_bytes is None else max(1, max_bytes - fmt.fixed_bytes),
+                                options.samples_per_shard, lambda sizes: fmt.sample_bytes(schema, sizes))
     tasks = make_tasks(ranges, options.part_tuple)
     if not ranges:
         raise EmptySourceError(f"{src}: no input to convert ({_describe_summary(source.summary())})", path=src)
@@ -168,7 +170,8 @@ def _convert_source(source: Source, src: str, dst: str, options: ConvertOptions,
                                   f"first: {_first_skip(done, plan_skipped)}")
         ctx = SinkContext(dst=dst, source=source, format_name=fmt.name, schema=schema,
                           format_options=fmt.default_options(schema, source.estimated_bytes()),
-                          on_error=options.on_error, max_errors=options.max_errors, error_limit=options.max_errors)
+                          on_error=options.on_error, max_errors=options.max_errors, error_limit=options.max_errors,
+                          dataset_id=dataset_identity(plan_fingerprint))
         if options.readahead is not None:
             ctx.format_options["readahead"] = bool(options.readahead)
         results = done + _run(ctx, pending, options, already_skipped=already_skipped, latch=latch)
@@ -214,6 +217,13 @@ def _destination_failure(dst: str, exc: OSError) -> ConversionError:
     """A write outside any shard (DST itself, the journal, skipped.jsonl, the manifest) failed."""
     where = exc.filename if isinstance(exc.filename, str) else dst
     return ConversionError(f"{where}: cannot write {explain_write_failure(exc, Path(where).parent)}", path=where)
+
+
+def dataset_identity(plan_fingerprint: str) -> str:
+    """The dataset_id stamped into every shard and the manifest: derived from the whole plan's
+    fingerprint (SRC, options, schema, shard ranges), so output stays byte-identical run after run
+    and every --part of one plan shares it; another SRC or other options give another one."""
+    return hashlib.sha256(f"shardkit dataset {plan_fingerprint}".encode()).hexdigest()[:32]
 
 
 def _fingerprint(source_fp: str, options: ConvertOptions, schema: Any, ranges: List[Tuple[int, int]],
@@ -353,7 +363,8 @@ def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContex
                     source={"kind": source.kind, "path": os.path.abspath(src), "summary": summary,
                             "fingerprint": fingerprint},
                     format_options=ctx.format_options, created=created, shardkit_version=__version__,
-                    part=None if part is None else {"index": part[0], "count": part[1]})
+                    part=None if part is None else {"index": part[0], "count": part[1]},
+                    dataset_id=ctx.dataset_id)
 
 
 def _write_skipped(dst: str, lines: List[Dict[str, Any]]) -> None:

@@ -70,6 +70,11 @@ class CorruptShardError(ShardkitError, OSError):
         ShardkitError.__init__(self, message, path=path)
 
 
+class ForeignShardError(CorruptShardError):
+    """A shard file carries another dataset's identity: the dataset was replaced (converted again
+    into the same folder) after its manifest was read."""
+
+
 class CorruptSampleError(CorruptShardError):
     """One sample's bytes do not match the CRC32 stored with them."""
 

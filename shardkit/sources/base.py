@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -48,6 +48,12 @@ class ConvertedRun:
 
 
 Outcome = Union[Converted, ConvertedRun, Skipped]
+#: The bytes samples of these estimated sizes take in a shard (the format's ShardFormat.sample_bytes).
+SampleBytes = Callable[[np.ndarray], np.ndarray]
+
+
+def _as_is(sizes: np.ndarray) -> np.ndarray:
+    return sizes
 
 
 class Source(abc.ABC):
@@ -59,13 +65,15 @@ class Source(abc.ABC):
 
     @abc.abstractmethod
     def item_sizes(self) -> np.ndarray:
-        """Estimated stored bytes of each item, in item order (for --shard-size)."""
+        """Estimated stored bytes of each item (payload and key), in item order (for --shard-size)."""
 
-    def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int]) -> List[Tuple[int, int]]:
-        """Item ranges [start, stop), one per shard. Sources whose items are too many to list
-        (CSV rows) override this with their own deterministic cut."""
+    def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int],
+                    sample_bytes: SampleBytes = _as_is) -> List[Tuple[int, int]]:
+        """Item ranges [start, stop), one per shard, each taking at most max_bytes as the format
+        stores it (sample_bytes). Sources whose items are too many to list (CSV rows) override
+        this with their own deterministic cut."""
         from ..plan import cut_shards
-        return cut_shards(self.item_sizes(), max_bytes, max_items)
+        return cut_shards(sample_bytes(self.item_sizes()), max_bytes, max_items)
 
     @abc.abstractmethod
     def encode_range(self, start: int, stop: int) -> Iterator[Outcome]:

@@ -100,7 +100,8 @@ def parse_file(job: Tuple[CsvFile, Sequence[Column], str, Optional[LabelSpec], s
     def spill_chunk(chunk: Chunk) -> None:
         matrix, labels, tails, reasons = chunk_vectors(codec, item, chunk, 0, len(chunk))
         spill.append(matrix, labels, tails, {position: (chunk.line_of(position), reason)
-                                             for position, reason in reasons.items()})
+                                             for position, reason in reasons.items()},
+                     [chunk.line_of(position) for position in range(len(chunk))])
         for name, codes in codec.open_codes().items():
             if len(codes.names) > MAX_CATEGORIES:
                 raise too_many_categories(name, f"{item.name}:{chunk.first_line}")

@@ -16,18 +16,21 @@ Memory follows the chunk and shard size, never the file size.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import hashlib
 import json
 import os
 import warnings
 import weakref
+from itertools import repeat
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from ..codecs.tabular import Column, EncodedBatch, TabularCodec
 from ..errors import EmptySourceError, SourceError, UsageError
-from .base import Converted, ConvertedRun, Outcome, Skipped, Source
+from ..records import EncodedRows
+from .base import Converted, ConvertedRun, Outcome, SampleBytes, Skipped, Source
 from .csv_read import Chunk, normalize_delimiter
 from .csv_parse import ParsedTable, chunk_vectors, parse_files
 from .csv_scan import (CsvFile, count_all, holds_csv_tree, is_csv_path, label_spec, read_heads, sample, select,
@@ -134,11 +137,14 @@ class CsvTableSource(Source):
             return self.codec.estimated_row_bytes()
         return self.codec.estimated_row_bytes(self._summary["file_bytes"] / max(1, self.total_rows))
 
-    def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int]) -> List[Tuple[int, int]]:
+    def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int],
+                    sample_bytes: Optional[SampleBytes] = None) -> List[Tuple[int, int]]:
         """Consecutive row ranges of at most max_items rows and (estimated) max_bytes stored bytes."""
         step = max_items or self.total_rows
         if max_bytes is not None:
-            step = min(step, max(1, max_bytes // self._row_bytes()))
+            row = self._row_bytes() + max(len(item.name) for item in self.files) + 12   # + key "name:line"
+            row = int(sample_bytes(np.array([row]))[0]) if sample_bytes is not None else row
+            step = min(step, max(1, max_bytes // row))
         step = max(1, step)
         return [(start, min(start + step, self.total_rows)) for start in range(0, self.total_rows, step)]
 
@@ -222,7 +228,8 @@ class CsvTableSource(Source):
         matrix, labels, tails, reasons = chunk_vectors(self.codec, item, chunk, begin, end, values)
         lines = {position: chunk.line_of(begin + position) for position in reasons}
         per_row = chunk.nbytes // max(1, len(chunk))
-        yield from _outcomes(self.codec.samples(matrix, labels, tails, reasons), item.name, lines, per_row)
+        keys = [f"{_key_name(item)}:{chunk.line_of(position)}" for position in range(begin, end)]
+        yield from _outcomes(self.codec.samples(matrix, labels, tails, reasons), item.name, lines, per_row, keys)
 
     def _encode_spilled(self, index: int, start: int, stop: int) -> Iterator[Outcome]:
         """Rows [start, stop) of file `index`, from the rows the scan parsed, in blocks of SPILL_BLOCK rows."""
@@ -241,7 +248,10 @@ class CsvTableSource(Source):
                 labels = None
             reasons = {position: reason for position, (_, reason) in rows.bad.items()}
             lines = {position: line for position, (line, _) in rows.bad.items()}
-            yield from _outcomes(self.codec.samples(vectors, labels, rows.tails, reasons), item.name, lines, per_row)
+            name = _key_name(item)
+            keys = [f"{name}:{line}" for line in rows.lines.tolist()] if rows.lines is not None else None
+            yield from _outcomes(self.codec.samples(vectors, labels, rows.tails, reasons), item.name, lines, per_row,
+                                 keys)
 
     def _fast_values(self, item: CsvFile, chunk: Chunk, begin: int, end: int) -> Optional[np.ndarray]:
         """Every field of the rows parsed by numpy's C parser, when the rows are plain numbers;
@@ -261,15 +271,24 @@ class CsvTableSource(Source):
         return values
 
 
-def _outcomes(batch: EncodedBatch, name: str, lines: Dict[int, int], per_row: int) -> Iterator[Outcome]:
-    """The batch's samples as one run when all rows are good, else row by row with a Skipped
-    (file name, line) for each bad one."""
+def _key_name(item: CsvFile) -> str:
+    """The file part of a row's key: its path relative to SRC (a single-file SRC: its name)."""
+    return os.path.basename(item.path) if item.name == item.path else item.name
+
+
+def _outcomes(batch: EncodedBatch, name: str, lines: Dict[int, int], per_row: int,
+              keys: Optional[List[str]] = None) -> Iterator[Outcome]:
+    """The batch's samples (each with its key "file:line") as one run when all rows are good, else
+    row by row with a Skipped (file name, line) for each bad one."""
+    samples = batch.samples
     if not batch.reasons:
-        yield ConvertedRun(batch.samples, per_row * len(batch.samples))  # type: ignore[arg-type]
+        keyed = samples.with_keys(keys) if isinstance(samples, EncodedRows) else \
+            [dataclasses.replace(encoded, key=key) for encoded, key in zip(samples, keys or repeat(None))]
+        yield ConvertedRun(keyed, per_row * len(samples))  # type: ignore[arg-type]
         return
-    for position, encoded in enumerate(batch.samples):
+    for position, encoded in enumerate(samples):
         if encoded is not None:
-            yield Converted(encoded, per_row)
+            yield Converted(dataclasses.replace(encoded, key=keys[position] if keys else None), per_row)
         else:
             yield Skipped(name, batch.reasons[position], line=lines[position])
 
