@@ -112,9 +112,9 @@ class ShardFormat(abc.ABC):
     fixed_bytes: int = 64 << 10
 
     def sample_bytes(self, schema: SampleSchema, payload_bytes: np.ndarray) -> np.ndarray:
-        """Upper estimate of the bytes each sample adds to a shard, from its payload (+ key) bytes:
-        the payload plus what the format stores with it (tables, headers, page padding). The plan
-        cuts shards with it, so --shard-size holds for every format."""
+        """Upper estimate of the bytes each sample adds to a shard, from its estimated stored bytes
+        (payload and key, from the source): plus what the format stores with it (tables, headers,
+        page padding). The plan cuts shards with it, so --shard-size holds for every format."""
         return np.asarray(payload_bytes, dtype=np.int64)
 
     @abc.abstractmethod

@@ -64,12 +64,6 @@ class KeyPacker:
         return b"".join(self._blocks), offsets
 
 
-def packed_key_bytes(keys_bytes: int, count: int) -> int:
-    """Upper bound of the stored size of `count` keys of `keys_bytes` bytes in all (for --shard-size)."""
-    blocks = -(-count // KEY_BLOCK)
-    return keys_bytes + 4 * count + blocks * 24 + 8 * (blocks + 1)
-
-
 class KeyTable:
     """A shard's keys, read lazily: nothing is read until key() is first called, then only the
     small block table and the one block that holds the key."""

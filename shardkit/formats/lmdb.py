@@ -476,6 +476,7 @@ class LMDBFormat(ShardFormat):
     version = 2
     keys_since = 2
     extension = ".lmdb"
+    fixed_bytes = 32 << 10      # meta and root pages, reserved values (measured ~20 KiB)
 
     def check(self, schema: SampleSchema) -> None:
         check_per_sample_compression(self.name, schema)
@@ -484,15 +485,15 @@ class LMDBFormat(ShardFormat):
         return readahead_by_size(total_bytes)
 
     def sample_bytes(self, schema: SampleSchema, payload_bytes: np.ndarray) -> np.ndarray:
-        """Rows in blocks: the row, label (8), CRC32 (4) and key length (4), plus one page of padding
-        per 16-page block. Records: header (32), label (8), key length (4), and either whole 4 KiB
-        overflow pages (values over 2 KiB) or a leaf node (18) on pages filled at least 7/8."""
+        """Rows in blocks: the row, label (8) and CRC32 (4), plus one page of padding per block of at
+        most 16 pages. Records: header (32) and label (8), and either whole 4 KiB overflow pages
+        (values over about 2 KiB) or a leaf node (18) on pages filled at least 15/16."""
         payload = np.asarray(payload_bytes, dtype=np.int64)
         if rows_per_block(schema):
-            return payload + payload // 256 + 16 + 4112 // rows_per_block(schema)
+            return payload + payload // 256 + 12 + 4112 // rows_per_block(schema)
         value = payload + 32
         overflow = -(-(value + 16) // 4096) * 4096 + 64
-        return np.where(value > 2000, overflow, (value + 18) * 8 // 7 + 1) + 12
+        return np.where(value > 2000, overflow, (value + 18) * 16 // 15 + 1) + 8
 
     def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any],
                     dataset_id: str = "") -> ShardWriter:

@@ -222,13 +222,14 @@ class PTFormat(ShardFormat):
     version = 2
     keys_since = 2
     extension = ".pt"
+    fixed_bytes = 8 << 10       # zip entries, their 64-byte alignment, the pickled dict (measured ~3.3 KiB)
 
     def check(self, schema: SampleSchema) -> None:
         check_per_sample_compression(self.name, schema)
 
     def sample_bytes(self, schema: SampleSchema, payload_bytes: np.ndarray) -> np.ndarray:
-        """Payload + offset, raw length, label and CRC32 (8 each) + key length (4)."""
-        return np.asarray(payload_bytes, dtype=np.int64) + 36
+        """Payload + offset, raw length, label and CRC32 (8 each)."""
+        return np.asarray(payload_bytes, dtype=np.int64) + 32
 
     def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any],
                     dataset_id: str = "") -> ShardWriter:

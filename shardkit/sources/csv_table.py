@@ -142,7 +142,7 @@ class CsvTableSource(Source):
         """Consecutive row ranges of at most max_items rows and (estimated) max_bytes stored bytes."""
         step = max_items or self.total_rows
         if max_bytes is not None:
-            row = self._row_bytes() + max(len(item.name) for item in self.files) + 12   # + key "name:line"
+            row = self._row_bytes() + 4     # + the key "file:line": consecutive keys compress to a few bytes
             row = int(sample_bytes(np.array([row]))[0]) if sample_bytes is not None else row
             step = min(step, max(1, max_bytes // row))
         step = max(1, step)

@@ -108,7 +108,7 @@ class ImageTreeSource(Source):
     def item_sizes(self) -> np.ndarray:
         keys = np.fromiter((len(rel.encode("utf-8", "surrogateescape")) for rel in self.paths), dtype=np.int64,
                            count=len(self.paths))
-        return self.codec.stored_bytes(self._stats[:, 0]) + keys
+        return self.codec.stored_bytes(self._stats[:, 0]) + keys + 4     # + the key and its length
 
     def summary(self) -> Dict[str, Any]:
         return dict(self._summary)
