@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import (  # noqa: F401 - re-exported
     ConversionError, CorruptSampleError, CorruptShardError, DestinationExistsError, EmptySourceError,
-    LockedError, ManifestError, NotADatasetError, SampleError, ShardkitError, SourceError, UsageError)
+    ForeignShardError, LockedError, ManifestError, NotADatasetError, SampleError, ShardkitError, SourceError,
+    UsageError)
 
 __version__ = "0.1.0"  # the one version source: pyproject.toml reads it
 
@@ -54,7 +55,8 @@ def __dir__() -> list:
 
 __all__ = sorted([
     "ConversionError", "ConvertReport", "CorruptSampleError", "CorruptShardError", "DestinationExistsError",
-    "EmptySourceError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError", "NotADatasetError",
+    "EmptySourceError", "ForeignShardError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError",
+    "NotADatasetError",
     "PTDataset", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError", "SourceError",
     "UsageError", "VerifyReport", "__version__", "convert", "merge", "open_dataset", "random_split",
     "train_val_split", "verify", "worker_init_fn",

@@ -76,13 +76,19 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
     if plan.readahead is not None and "readahead" not in fmt.reader_options.names():
         raise UsageError(f"--readahead/--no-readahead does not apply to {fmt.name} shards")
     order = sample_order(plan.order or source.default_order, plan.seed)
-    ranges = source.plan_ranges(plan.max_shard_bytes, plan.samples_per_shard)
+    max_bytes = plan.max_shard_bytes
+    budget = None if max_bytes is None else max(1, max_bytes - fmt.fixed_bytes)
+
+    def stored_bytes(sizes: Any) -> Any:
+        return fmt.sample_bytes(schema, sizes)
+
+    ranges = source.plan_ranges(budget, plan.samples_per_shard, None, stored_bytes)
     if not ranges:
         raise EmptySourceError(f"{src}: no input to convert ({_describe_summary(source.summary())})"
                                f"{source.empty_hint()}", path=src)
     permutation = planned_order(ranges[-1][1], order)
     if permutation is not None:
-        ranges = source.plan_ranges(plan.max_shard_bytes, plan.samples_per_shard, permutation)
+        ranges = source.plan_ranges(budget, plan.samples_per_shard, permutation, stored_bytes)
     tasks = make_tasks(ranges, plan.part_tuple)
     plan_fingerprint = _fingerprint(source.fingerprint(), plan, schema, ranges, order, part=None)
     fingerprint = _fingerprint(source.fingerprint(), plan, schema, ranges, order, part=plan.part_tuple)
@@ -111,7 +117,7 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
         ctx = SinkContext(dst=dst, source=source, format_name=fmt.name, schema=schema,
                           format_options=fmt.default_options(schema, source.estimated_bytes()),
                           on_error=run.on_error, max_errors=run.max_errors, error_limit=run.max_errors,
-                          order=permutation)
+                          order=permutation, dataset_id=dataset_identity(plan_fingerprint))
         if plan.readahead is not None:
             ctx.format_options["readahead"] = bool(plan.readahead)
         results = done + _run(ctx, pending, run, already_skipped=already_skipped, latch=latch)
@@ -185,6 +191,13 @@ def _destination_failure(dst: str, exc: OSError) -> ShardkitError:
         return UsageError(f"{where}: cannot write ({exc.strerror}); DST must be a folder this user can "
                           "write on a writable file system", path=where)
     return ConversionError(f"{where}: cannot write {explain_write_failure(exc, Path(where).parent)}", path=where)
+
+
+def dataset_identity(plan_fingerprint: str) -> str:
+    """The dataset_id stamped into every shard and the manifest: derived from the whole plan's
+    fingerprint (SRC, options, schema, shard ranges), so output stays byte-identical run after run
+    and every --part of one plan shares it; another SRC or other options give another one."""
+    return hashlib.sha256(f"shardkit dataset {plan_fingerprint}".encode()).hexdigest()[:32]
 
 
 def _fingerprint(source_fp: str, plan: PlanOptions, schema: Any, ranges: List[Tuple[int, int]],
@@ -338,7 +351,7 @@ def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContex
                             "fingerprint": fingerprint},
                     format_options=ctx.format_options, created=created, shardkit_version=__version__,
                     part=None if part is None else {"index": part[0], "count": part[1]},
-                    order=order)
+                    order=order, dataset_id=ctx.dataset_id)
 
 
 def _write_skipped(dst: str, lines: List[Dict[str, Any]]) -> None:

@@ -22,7 +22,8 @@ from .records import Encoded
 #: What a format's library may raise on a damaged file that its own checks did not catch;
 #: the read side reports it as CorruptShardError / CorruptSampleError, never as itself.
 #: The keywords of ShardDataset itself (suggested when a format option is misspelt).
-DATASET_OPTIONS = ("decode", "transform", "target_transform", "verify_checksums", "max_open_shards", "as_dict")
+DATASET_OPTIONS = ("decode", "transform", "target_transform", "verify_checksums", "max_open_shards", "as_dict",
+                   "return_key")
 _READ_FAILURES = (OSError, ValueError, KeyError, IndexError, RuntimeError, TypeError, EOFError)
 
 
@@ -39,7 +40,7 @@ class ShardDataset(torch.utils.data.Dataset):
                  transform: Optional[Callable[[Any], Any]] = None,
                  target_transform: Optional[Callable[[Any], Any]] = None,
                  verify_checksums: "bool | str" = False, max_open_shards: int = 128, as_dict: bool = False,
-                 **format_options: Any) -> None:
+                 return_key: bool = False, **format_options: Any) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self.manifest: Manifest = load_manifest(self.root)
         if self.format_name is not None and self.manifest.format_name != self.format_name:
@@ -50,6 +51,10 @@ class ShardDataset(torch.utils.data.Dataset):
             raise ManifestError(f"{self.root}: {fmt.name} format version {self.manifest.format_version} is newer "
                                 f"than this shardkit reads ({fmt.version}); upgrade shardkit", path=self.root)
         fmt.reader_options.from_dict(format_options, f"open_dataset ({fmt.name})", also=DATASET_OPTIONS)
+        if return_key and self.manifest.format_version < fmt.keys_since:
+            raise UsageError(f"{self.root}: written with {fmt.name} format version {self.manifest.format_version}, "
+                             f"before samples stored their keys; return_key needs version {fmt.keys_since} "
+                             "(re-shard it: shardkit convert OLD NEW keys each sample by its index)", path=self.root)
         if max_open_shards < 1:
             raise UsageError("max_open_shards must be at least 1")
         if verify_checksums not in (False, True, "full"):
@@ -61,6 +66,7 @@ class ShardDataset(torch.utils.data.Dataset):
         self.max_open_shards = max_open_shards
         self._format_options: Dict[str, Any] = {**self.manifest.format_options, **format_options}
         self.as_dict = as_dict
+        self.return_key = return_key
         self._decoder = self._make_decoder()
         self._labeled = self.manifest.schema.labeled
         self._classes = len(self.manifest.classes) if self._labeled else 0
@@ -139,6 +145,8 @@ class ShardDataset(torch.utils.data.Dataset):
             if self.verify_checksums == "full":
                 self._check_sha256_once(shard)
             reader = HANDLES.get(self._paths[shard], lambda: self._open(shard), self.max_open_shards)
+            # Another dataset of the process may have opened the path after it was replaced.
+            self.manifest.check_identity(reader.dataset_id, self._paths[shard], shard)
             if HANDLES.generation == generation:
                 self._known[shard] = reader
         return reader
@@ -180,11 +188,21 @@ class ShardDataset(torch.utils.data.Dataset):
         except _READ_FAILURES as exc:
             raise CorruptShardError(f"{path}: shard {shard} cannot be opened ({type(exc).__name__}: {exc})",
                                     path=path) from None
-        if len(reader) != self._counts[shard]:
+        try:
+            self.manifest.check_identity(reader.dataset_id, path, shard)
+            if len(reader) != self._counts[shard]:
+                raise CorruptShardError(f"{path}: shard {shard} holds {len(reader)} samples, manifest says "
+                                        f"{self._counts[shard]}", path=path)
+        except CorruptShardError:
             reader.close()
-            raise CorruptShardError(f"{path}: shard {shard} holds {len(reader)} samples, manifest says "
-                                    f"{self._counts[shard]}", path=path)
+            raise
         return reader
+
+    def key(self, index: Any) -> Optional[str]:
+        """The source key of a sample: its path relative to SRC (image trees), "file:line" (CSV
+        rows); None for a dataset written before keys were stored (format version 1)."""
+        shard, local = self.locate(sample_index(index, self._length))
+        return self.reader(shard).key(local)
 
     def read_encoded(self, index: Any) -> Encoded:
         """The stored record of a global index (CRC checked when verify_checksums)."""
@@ -209,22 +227,27 @@ class ShardDataset(torch.utils.data.Dataset):
                                      **where)
         return encoded
 
-    def __getitem__(self, index: int) -> Any:
-        return self.finish(self.read_encoded(index))
+    def __getitem__(self, index: Any) -> Any:
+        index = sample_index(index, self._length)
+        return self.finish(self.read_encoded(index), index)
 
-    def finish(self, encoded: Encoded) -> Any:
-        """A stored record as __getitem__ returns it: decoded, transformed, with its label."""
+    def finish(self, encoded: Encoded, index: Optional[int] = None) -> Any:
+        """A stored record as __getitem__ returns it: decoded, transformed, with its label (and its
+        key with return_key, which needs the global index)."""
         sample = self._decoder(encoded.payload)
         if self.as_dict:
+            if self.return_key:
+                sample["__key__"] = self.key(index)
             return self._as_dict(sample, encoded.label)
         if self.transform is not None:
             sample = self.transform(sample)
+        key = (self.key(index),) if self.return_key else ()
         if not self._labeled:
-            return sample
+            return (sample, *key) if key else sample
         label: Any = encoded.label
         if self.target_transform is not None:
             label = self.target_transform(label)
-        return sample, label
+        return (sample, label, *key)
 
     def _as_dict(self, row: Dict[str, Any], label: Any) -> Any:
         """as_dict=True: the label joins the row under its column name, then transform sees it all."""

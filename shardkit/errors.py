@@ -90,6 +90,11 @@ class CorruptShardError(ShardkitError, OSError):
         ShardkitError.__init__(self, message, path=path)
 
 
+class ForeignShardError(CorruptShardError):
+    """A shard file carries another dataset's identity: the dataset was replaced (converted again
+    into the same folder) after its manifest was read."""
+
+
 class CorruptSampleError(CorruptShardError):
     """One sample cannot be trusted: its record is damaged, it fails its CRC32 check, or its
     label is out of range. Found inside a format, it names the shard file and local index; the

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .errors import ManifestError, NotADatasetError
+from .errors import ForeignShardError, ManifestError, NotADatasetError
 from .integrity import HASH_ALGORITHM, PathLike, atomic_write_json
 from .schema import SampleSchema
 
@@ -78,6 +78,8 @@ class Manifest:
     #: {"kind": "shuffled", "seed": N} or {"kind": "source"}; None: written before the order was recorded
     #: (always source order then)
     order: Optional[Dict[str, Any]] = None
+    #: Identity stamped into every shard (format versions with one); None in older datasets.
+    dataset_id: Optional[str] = None
 
     @property
     def num_samples(self) -> int:
@@ -104,6 +106,8 @@ class Manifest:
             "hash_algorithm": HASH_ALGORITHM,
             "shards": [entry.to_dict() for entry in self.shards],
         }
+        if self.dataset_id is not None:
+            body["dataset_id"] = self.dataset_id
         if self.part is not None:
             body["part"] = dict(self.part)
         if self.order is not None:
@@ -140,7 +144,8 @@ class Manifest:
                 classes=[str(name) for name in data.get("classes", [])],
                 source=dict(data.get("source", {})), format_options=dict(data.get("format_options", {})),
                 created=str(data.get("created", "")), shardkit_version=str(data.get("shardkit_version", "")),
-                part=data.get("part"), order=data.get("order"))
+                part=data.get("part"), order=data.get("order"),
+                dataset_id=None if data.get("dataset_id") is None else str(data["dataset_id"]))
         except ManifestError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
@@ -160,6 +165,15 @@ class Manifest:
                 raise ManifestError(f"{where}: shard {entry.path} is listed twice")
             seen.add(entry.path)
             expected += entry.num_samples
+
+    def check_identity(self, shard_id: Optional[str], path: str, shard: int) -> None:
+        """Raise ForeignShardError unless a shard carries this dataset's identity (a shard of an older
+        format version carries none and is taken as it is, as is any shard of an older dataset)."""
+        if self.dataset_id is not None and shard_id != self.dataset_id:
+            raise ForeignShardError(f"{path}: shard {shard} belongs to another dataset (dataset_id "
+                                    f"{shard_id!r}, the manifest this dataset was opened with says "
+                                    f"{self.dataset_id!r}); the files were replaced — open the dataset again",
+                                    path=path)
 
     def save(self, dst: PathLike) -> None:
         """Write DST/manifest.json atomically (it marks the dataset complete)."""

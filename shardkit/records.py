@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Iterator, List, Optional, Sequence, Union, overload
 
 import numpy as np
@@ -22,16 +23,18 @@ def payload_crc32(payload: Payload) -> int:
 
 @dataclass(frozen=True)
 class Encoded:
-    """A sample ready to store or just read: payload (bytes or fixed-shape array), label, CRC32."""
+    """A sample ready to store or just read: payload (bytes or fixed-shape array), label, CRC32,
+    and the key of the input it came from (None where unknown: shards older than keys)."""
 
     payload: Payload
     label: int = NO_LABEL
     crc32: int = 0
+    key: Optional[str] = None
 
     @classmethod
-    def make(cls, payload: Payload, label: Optional[int] = None) -> "Encoded":
+    def make(cls, payload: Payload, label: Optional[int] = None, key: Optional[str] = None) -> "Encoded":
         """Build an Encoded and compute its CRC32."""
-        return cls(payload, NO_LABEL if label is None else int(label), payload_crc32(payload))
+        return cls(payload, NO_LABEL if label is None else int(label), payload_crc32(payload), key)
 
     @property
     def nbytes(self) -> int:
@@ -47,13 +50,15 @@ class Encoded:
 
 class EncodedRows(Sequence[Encoded]):
     """Consecutive fixed-shape array samples held as one block: row i is Encoded(payloads[i],
-    labels[i], crcs[i]). Sources of many small samples (CSV rows) hand these over so that no
-    Python object per sample is made unless a format asks for one."""
+    labels[i], crcs[i], keys[i]). Sources of many small samples (CSV rows) hand these over so that
+    no Python object per sample is made unless a format asks for one."""
 
-    def __init__(self, payloads: np.ndarray, labels: List[int], crcs: List[int]) -> None:
+    def __init__(self, payloads: np.ndarray, labels: List[int], crcs: List[int],
+                 keys: Optional[Sequence[str]] = None) -> None:
         self.payloads = np.ascontiguousarray(payloads)
         self.labels = labels
         self.crcs = crcs
+        self.keys = keys
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -66,8 +71,14 @@ class EncodedRows(Sequence[Encoded]):
 
     def __getitem__(self, index):  # type: ignore[no-untyped-def]
         if isinstance(index, slice):
-            return EncodedRows(self.payloads[index], self.labels[index], self.crcs[index])
-        return Encoded(self.payloads[index], self.labels[index], self.crcs[index])
+            return EncodedRows(self.payloads[index], self.labels[index], self.crcs[index],
+                               None if self.keys is None else self.keys[index])
+        return Encoded(self.payloads[index], self.labels[index], self.crcs[index],
+                       None if self.keys is None else self.keys[index])
+
+    def with_keys(self, keys: Sequence[str]) -> "EncodedRows":
+        """The same rows carrying these keys (one per row)."""
+        return EncodedRows(self.payloads, self.labels, self.crcs, keys)
 
     def __iter__(self) -> Iterator[Encoded]:
-        return map(Encoded, self.payloads, self.labels, self.crcs)
+        return map(Encoded, self.payloads, self.labels, self.crcs, repeat(None) if self.keys is None else self.keys)

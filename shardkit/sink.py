@@ -44,6 +44,8 @@ class SinkContext:
     #: the planned order (--order shuffled): position p of the plan is source item order[p];
     #: None: source order
     order: Optional[np.ndarray] = None
+    #: the dataset's identity, stamped into every shard (manifest.md)
+    dataset_id: str = ""
 
 
 @dataclass
@@ -124,7 +126,7 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
     count = source_bytes = 0
     try:
         _unlink_quietly(tmp)
-        writer = fmt.open_writer(str(tmp), ctx.schema, ctx.format_options)
+        writer = fmt.open_writer(str(tmp), ctx.schema, ctx.format_options, ctx.dataset_id)
     except Exception as exc:  # noqa: BLE001 - any library's failure to create the file
         raise write_failure(final, task, exc) from None
     try:

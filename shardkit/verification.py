@@ -25,10 +25,11 @@ _READ_FAILURES = (OSError, ValueError, KeyError, IndexError, RuntimeError, TypeE
 class Problem:
     """One thing wrong with a dataset, located as precisely as possible."""
 
-    kind: str                      # manifest | missing | extra | size | count | checksum | structure | sample
+    kind: str       # manifest | missing | extra | size | count | checksum | structure | identity | sample
     message: str
     shard: Optional[str] = None
     index: Optional[int] = None
+    key: Optional[str] = None       # the damaged sample's source key, when it can still be read
 
     def to_dict(self) -> Dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if value is not None}
@@ -141,6 +142,14 @@ def _extra_files(dst: str, manifest: Manifest) -> List[Problem]:
             for rel in extra if rel not in listed]
 
 
+def _key_of(reader: Any, index: int) -> Optional[str]:
+    """The source key of a sample for a problem report (None when the key table cannot say)."""
+    try:
+        return None if reader is None else reader.key(index)
+    except _READ_FAILURES:
+        return None
+
+
 def _check_shard_job(job: Tuple[str, Manifest, int, str]) -> Tuple[List[Problem], int]:
     dst, manifest, number, mode = job
     return check_shard(dst, manifest, manifest.shards[number], mode)
@@ -152,7 +161,10 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
     problems: List[Problem] = []
 
     def problem(kind: str, message: str, index: Optional[int] = None) -> None:
-        problems.append(Problem(kind, f"{path}: {message}", shard=entry.path, index=index))
+        key = _key_of(reader, index) if index is not None else None
+        if key is not None:
+            message = message.replace(f"sample {index} ", f"sample {index} (key {key!r}) ", 1)
+        problems.append(Problem(kind, f"{path}: {message}", shard=entry.path, index=index, key=key))
 
     try:
         os.close(open_regular(path, dst, entry.size))
@@ -174,6 +186,7 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
         except (OSError, ValueError) as exc:
             problem("checksum", f"cannot be hashed ({exc})")
     fmt = get_format(manifest.format_name)
+    reader = None
     try:
         reader = fmt.open_reader(path, manifest.schema, manifest.format_options)
     except CorruptShardError as exc:
@@ -185,6 +198,11 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
     classes = len(manifest.classes) if manifest.schema.labeled else 0
     samples = 0
     try:
+        try:
+            manifest.check_identity(reader.dataset_id, path, manifest.shards.index(entry))
+        except CorruptShardError as exc:
+            problem("identity", str(exc).replace(f"{path}: ", "", 1))
+            return problems, 0
         if len(reader) != entry.num_samples:
             problem("count", f"holds {len(reader)} samples, manifest says {entry.num_samples}")
         if mode == "deep":

@@ -8,7 +8,7 @@ from __future__ import annotations
 import abc
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Dict, Iterator, Sequence, Tuple, Type
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Type
 
 import numpy as np
 
@@ -65,6 +65,9 @@ class ShardWriter(abc.ABC):
 class ShardReader(abc.ABC):
     """Random access to one shard's samples; raises CorruptShardError on a bad structure."""
 
+    #: Identity of the dataset the shard was written for (None: a format version without one).
+    dataset_id: Optional[str] = None
+
     @abc.abstractmethod
     def __len__(self) -> int:
         """Number of samples in the shard."""
@@ -76,6 +79,13 @@ class ShardReader(abc.ABC):
     @abc.abstractmethod
     def labels(self) -> np.ndarray:
         """All labels of the shard as an int64 array (NO_LABEL when unlabeled)."""
+
+    def key(self, index: int) -> Optional[str]:
+        """The source key of the sample at local index (None: a format version without keys);
+        read lazily, so opening a shard reads none of its keys."""
+        if not 0 <= index < len(self):
+            raise IndexError(f"sample {index} out of range for shard of {len(self)}")
+        return None
 
     def __iter__(self) -> Iterator[Encoded]:
         for index in range(len(self)):
@@ -127,6 +137,8 @@ class ShardFormat(abc.ABC):
     #: The options its reader takes (recorded in the manifest's format_options, or given to
     #: open_dataset): a FormatOptions class; the base class takes none.
     reader_options: Type[FormatOptions] = FormatOptions
+    #: The first version whose shards store sample keys and the dataset identity.
+    keys_since: int = 1
 
     def check(self, schema: SampleSchema) -> None:
         """Raise UsageError if this format cannot store samples of this schema."""
@@ -135,9 +147,19 @@ class ShardFormat(abc.ABC):
         """Reader/writer options recorded in the manifest (e.g. LMDB readahead)."""
         return {}
 
+    #: Bytes a shard file takes beyond its samples (headers, metadata), an upper estimate.
+    fixed_bytes: int = 64 << 10
+
+    def sample_bytes(self, schema: SampleSchema, payload_bytes: np.ndarray) -> np.ndarray:
+        """Upper estimate of the bytes each sample adds to a shard, from its estimated stored bytes
+        (payload and key, from the source): plus what the format stores with it (tables, headers,
+        page padding). The plan cuts shards with it, so --shard-size holds for every format."""
+        return np.asarray(payload_bytes, dtype=np.int64)
+
     @abc.abstractmethod
-    def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardWriter:
-        """A writer for a new shard file at path."""
+    def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any],
+                    dataset_id: str = "") -> ShardWriter:
+        """A writer for a new shard file at path, stamped with the identity of its dataset."""
 
     @abc.abstractmethod
     def open_reader(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardReader:

@@ -5,7 +5,8 @@ Layout (formats/hdf5.md is the byte-level contract):
   /offsets  int64 (N+1,), sample i is data[offsets[i]:offsets[i+1]] (bytes layout only)
   /labels   int64 (N,), -1 when unlabeled
   /crc32    uint32 (N,)
-  attrs     shardkit_format="hdf5", format_version, layout, num_samples
+  /keys, /key_blocks  the sample keys (formats/keys.md), version 2 on
+  attrs     shardkit_format="hdf5", format_version, layout, num_samples, dataset_id (version 2 on)
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ..integrity import fsync_path
 from ..records import Encoded, EncodedRows
 from ..schema import COMPRESSIONS, SampleSchema
 from .base import ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
+from .keys import KeyPacker, KeyTable
 
 #: Chunk of the packed byte stream; a random read decompresses at most two of them.
 BYTES_CHUNK = {"none": 1 << 20, "gzip": 1 << 17, "lzf": 1 << 17}
@@ -58,13 +60,15 @@ class HDF5Writer(ShardWriter):
     """Packs a shard's payloads into one byte buffer (about one byte of memory per stored byte),
     then writes fixed-size datasets in large blocks at close()."""
 
-    def __init__(self, path: str, schema: SampleSchema) -> None:
+    def __init__(self, path: str, schema: SampleSchema, dataset_id: str) -> None:
         self._path = path
         self._schema = schema
+        self._dataset_id = dataset_id
         self._data = bytearray()
         self._offsets = array("q", [0])
         self._labels = array("q")
         self._crcs = array(_U32)
+        self._keys = KeyPacker()
 
     def append(self, sample: Encoded) -> None:
         payload = sample.payload
@@ -76,6 +80,7 @@ class HDF5Writer(ShardWriter):
         self._offsets.append(len(self._data))
         self._labels.append(sample.label)
         self._crcs.append(sample.crc32)
+        self._keys.add(sample.key)
 
     def append_many(self, samples: Sequence[Encoded]) -> None:
         """Fixed-shape arrays stacked into one block (the same bytes as append() on each)."""
@@ -98,9 +103,11 @@ class HDF5Writer(ShardWriter):
         if isinstance(samples, EncodedRows):
             self._labels.extend(samples.labels)
             self._crcs.extend(samples.crcs)
+            self._keys.extend(samples.keys, len(samples))
         else:
             self._labels.extend([sample.label for sample in samples])
             self._crcs.extend([sample.crc32 for sample in samples])
+            self._keys.extend([sample.key for sample in samples], len(samples))
 
     def close(self) -> None:
         count = len(self._labels)
@@ -109,6 +116,7 @@ class HDF5Writer(ShardWriter):
             handle.attrs["format_version"] = FORMAT.version
             handle.attrs["layout"] = self._schema.layout
             handle.attrs["num_samples"] = count
+            handle.attrs["dataset_id"] = self._dataset_id
             flat = np.frombuffer(self._data, dtype=np.uint8)
             if self._schema.is_array:
                 shape = tuple(self._schema.shape)
@@ -129,6 +137,9 @@ class HDF5Writer(ShardWriter):
             handle.create_dataset("labels", data=np.frombuffer(self._labels, dtype=np.int64), track_times=False)
             handle.create_dataset("crc32", data=np.frombuffer(self._crcs, dtype=np.uint32),
                                   track_times=False)
+            key_data, key_blocks = self._keys.finish()
+            handle.create_dataset("keys", data=np.frombuffer(key_data, dtype=np.uint8), track_times=False)
+            handle.create_dataset("key_blocks", data=key_blocks, track_times=False)
         fsync_path(self._path)
         self.abort()
 
@@ -137,6 +148,7 @@ class HDF5Writer(ShardWriter):
         nothing to flush (a Ctrl-C or a full disk must not write the whole shard first)."""
         self._data = bytearray()
         self._offsets, self._labels, self._crcs = array("q", [0]), array("q"), array(_U32)
+        self._keys = KeyPacker()
 
 
 def _create(handle: h5py.File, name: str, shape: tuple, dtype: Any, chunks: tuple,
@@ -144,7 +156,8 @@ def _create(handle: h5py.File, name: str, shape: tuple, dtype: Any, chunks: tupl
     """A fixed-size dataset, chunks allocated up front so they lie in order in the file."""
     if shape[0] == 0:
         return handle.create_dataset(name, shape=shape, dtype=dtype, track_times=False)
-    chunks = (min(chunks[0], shape[0]), *chunks[1:])
+    pieces = -(-shape[0] // chunks[0])
+    chunks = (-(-shape[0] // pieces), *chunks[1:])     # equal chunks: the last one wastes (almost) nothing
     dcpl_kwargs = _filter_args(schema)
     if not dcpl_kwargs:
         # Early allocation keeps uncompressed chunks contiguous, which lets readers mmap them.
@@ -269,6 +282,17 @@ class HDF5Reader(ShardReader):
             offsets = self._check_dataset("offsets", "iu", 1, file_size, rows=self._count + 1)
         self._labels = np.asarray(labels[()], dtype=np.int64)
         self._crcs = np.asarray(crcs[()], dtype=np.uint32)
+        self._keys: Optional[KeyTable] = None
+        if int(version) >= 2:
+            self.dataset_id = self._file.attrs.get("dataset_id")
+            if isinstance(self.dataset_id, bytes):
+                self.dataset_id = self.dataset_id.decode("utf-8", "replace")
+            if not isinstance(self.dataset_id, str):
+                raise self._corrupt("no dataset_id attribute")
+            key_data = self._check_dataset("keys", "u", 1, file_size)
+            key_blocks = self._check_dataset("key_blocks", "i", 1, file_size)
+            self._keys = KeyTable(self._path, self._count, lambda: key_blocks[()],
+                                  lambda begin, end: key_data[begin:end].tobytes())
         self._offsets = None if offsets is None else np.asarray(offsets[()], dtype=np.int64)
         self._check_structure()
 
@@ -380,6 +404,9 @@ class HDF5Reader(ShardReader):
             pieces.append(self._flat[self._shift[chunk] + low:self._shift[chunk] + high])
         return np.concatenate(pieces)
 
+    def key(self, index: int) -> Optional[str]:
+        return super().key(index) if self._keys is None else self._keys.key(index)
+
     def labels(self) -> np.ndarray:
         return self._labels
 
@@ -405,8 +432,10 @@ class HDF5Format(ShardFormat):
 
     reader_options = ReadaheadOptions
     name = "hdf5"
-    version = 1
+    version = 2
+    keys_since = 2
     extension = ".h5"
+    fixed_bytes = 16 << 10      # superblock, object headers, attributes, small tables (measured ~12 KiB)
 
     def check(self, schema: SampleSchema) -> None:
         if schema.compression not in COMPRESSIONS:
@@ -416,8 +445,16 @@ class HDF5Format(ShardFormat):
         """Readahead of the mmap'd data on while the dataset fits comfortably in RAM, off beyond."""
         return readahead_by_size(total_bytes)
 
-    def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardWriter:
-        return HDF5Writer(path, schema)
+    def sample_bytes(self, schema: SampleSchema, payload_bytes: np.ndarray) -> np.ndarray:
+        """Payload + label (8) + CRC32 (4) + offset (8, bytes layout) + chunk-index nodes (one of
+        about 2 KiB per 64 chunks; chunks are at least 64 KiB)."""
+        tables = 12 if schema.is_array else 20
+        payload = np.asarray(payload_bytes, dtype=np.int64)
+        return payload + payload // 1024 + tables
+
+    def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any],
+                    dataset_id: str = "") -> ShardWriter:
+        return HDF5Writer(path, schema, dataset_id)
 
     def open_reader(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardReader:
         return HDF5Reader(path, schema, readahead=bool(options.get("readahead", True)))

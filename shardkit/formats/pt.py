@@ -7,6 +7,7 @@ Layout (formats/pt.md is the byte-level contract), a dict with keys in this orde
   raw_lengths  int64 (N,)       payload length before compression
   labels       int64 (N,)       -1 when unlabeled
   crc32        int64 (N,)       zlib CRC-32 of the uncompressed payload (0 .. 2**32-1)
+  dataset_id   str; keys uint8, key_blocks int64: the sample keys (formats/keys.md), version 2 on
 Readers use torch.load(path, mmap=True, weights_only=True) (torch >= 2.1): tensors stay in the
 file's mapping, so a random read touches only its own pages and memory stays flat with shards.
 """
@@ -24,10 +25,13 @@ from ..errors import CorruptShardError
 from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
 from .base import ShardFormat, ShardReader, ShardWriter
+from .keys import KeyPacker, KeyTable
 from .packing import check_per_sample_compression, compress, payload_bytes, raw_rows, restore
 
 _TENSORS = {"data": torch.uint8, "offsets": torch.int64, "raw_lengths": torch.int64,
             "labels": torch.int64, "crc32": torch.int64}
+#: Version 2 adds the sample keys (and a dataset_id string before them).
+_KEY_TENSORS = {"keys": torch.uint8, "key_blocks": torch.int64}
 
 
 def _tensor(buffer: Any, dtype: torch.dtype) -> torch.Tensor:
@@ -40,9 +44,11 @@ def _tensor(buffer: Any, dtype: torch.dtype) -> torch.Tensor:
 class PTWriter(ShardWriter):
     """Packs payloads into one growing byte buffer; torch.save writes everything at close."""
 
-    def __init__(self, path: str, schema: SampleSchema) -> None:
+    def __init__(self, path: str, schema: SampleSchema, dataset_id: str) -> None:
         self._path = path
         self._schema = schema
+        self._dataset_id = dataset_id
+        self._keys = KeyPacker()
         self._data: Optional[bytearray] = bytearray()
         self._offsets = array("q", [0])
         self._raw_lengths = array("q")
@@ -59,6 +65,7 @@ class PTWriter(ShardWriter):
         self._raw_lengths.append(len(raw))
         self._labels.append(int(sample.label))
         self._crcs.append(int(sample.crc32) & 0xFFFFFFFF)
+        self._keys.add(sample.key)
 
     def append_many(self, samples: Sequence[Encoded]) -> None:
         """A block of uncompressed fixed-shape rows is packed at once (the same bytes as append())."""
@@ -74,6 +81,7 @@ class PTWriter(ShardWriter):
         self._raw_lengths.extend([width] * count)
         self._labels.extend(samples.labels)
         self._crcs.extend(crc & 0xFFFFFFFF for crc in samples.crcs)
+        self._keys.extend(samples.keys, len(samples))
 
     def close(self) -> None:
         if self._data is None:
@@ -86,8 +94,11 @@ class PTWriter(ShardWriter):
             "compression": schema.compression, "num_samples": len(self._labels),
             "data": _tensor(self._data, torch.uint8), "offsets": _tensor(self._offsets, torch.int64),
             "raw_lengths": _tensor(self._raw_lengths, torch.int64), "labels": _tensor(self._labels, torch.int64),
-            "crc32": _tensor(self._crcs, torch.int64),
+            "crc32": _tensor(self._crcs, torch.int64), "dataset_id": self._dataset_id,
         }
+        key_data, key_blocks = self._keys.finish()
+        shard["keys"] = _tensor(bytearray(key_data), torch.uint8)
+        shard["key_blocks"] = torch.from_numpy(key_blocks)
         # A file object (not a path) keeps the archive's inner folder name fixed ("archive"),
         # so the bytes do not depend on the (temporary) file name.
         with open(self._path, "wb") as handle:
@@ -135,6 +146,12 @@ class PTReader(ShardReader):
         self._labels = arrays["labels"]
         self._crcs = arrays["crc32"]
         self._count = len(self._labels)
+        self._keys: Optional[KeyTable] = None
+        if "keys" in arrays:
+            self.dataset_id = shard["dataset_id"]
+            key_data = arrays["keys"]
+            self._keys = KeyTable(path, self._count, lambda: arrays["key_blocks"],
+                                  lambda begin, end: key_data[begin:end].tobytes())
         self._compressed = schema.compression == "gzip"
         #: Uncompressed bytes payloads were fully checked on open: reads slice and return them.
         self._plain = not self._compressed and not schema.is_array
@@ -158,7 +175,12 @@ class PTReader(ShardReader):
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise self._corrupt(f"num_samples is {count!r}")
         arrays: Dict[str, np.ndarray] = {}
-        for name, dtype in _TENSORS.items():
+        tensors = dict(_TENSORS)
+        if version >= 2:
+            if not isinstance(shard.get("dataset_id"), str):
+                raise self._corrupt("no dataset_id string")
+            tensors.update(_KEY_TENSORS)
+        for name, dtype in tensors.items():
             tensor = shard.get(name)
             if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype or tensor.dim() != 1 \
                     or not tensor.is_contiguous() or tensor.device.type != "cpu":
@@ -197,10 +219,14 @@ class PTReader(ShardReader):
                               self._path, index)
         return Encoded(payload, int(self._labels[index]), int(self._crcs[index]))
 
+    def key(self, index: int) -> Optional[str]:
+        return super().key(index) if self._keys is None else self._keys.key(index)
+
     def labels(self) -> np.ndarray:
         return self._labels
 
     def close(self) -> None:
+        self._keys = None
         # Dropping the tensors unmaps the file once no returned view still uses it.
         self._data = self._offsets = self._raw_lengths = self._labels = self._crcs = np.zeros(0)
         self._count = 0
@@ -210,15 +236,22 @@ class PTFormat(ShardFormat):
     """One .pt file per shard, readable with torch alone."""
 
     name = "pt"
-    version = 1
+    version = 2
+    keys_since = 2
     extension = ".pt"
     # no reader_options: torch.load(mmap=True) has no readahead switch
+    fixed_bytes = 8 << 10       # zip entries, their 64-byte alignment, the pickled dict (measured ~3.3 KiB)
 
     def check(self, schema: SampleSchema) -> None:
         check_per_sample_compression(self.name, schema)
 
-    def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardWriter:
-        return PTWriter(path, schema)
+    def sample_bytes(self, schema: SampleSchema, payload_bytes: np.ndarray) -> np.ndarray:
+        """Payload + offset, raw length, label and CRC32 (8 each)."""
+        return np.asarray(payload_bytes, dtype=np.int64) + 32
+
+    def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any],
+                    dataset_id: str = "") -> ShardWriter:
+        return PTWriter(path, schema, dataset_id)
 
     def open_reader(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardReader:
         return PTReader(path, schema, options)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type, Union
 
 import numpy as np
 
@@ -49,6 +49,12 @@ class ConvertedRun:
 
 
 Outcome = Union[Converted, ConvertedRun, Skipped]
+#: The bytes samples of these estimated sizes take in a shard (the format's ShardFormat.sample_bytes).
+SampleBytes = Callable[[np.ndarray], np.ndarray]
+
+
+def _as_is(sizes: np.ndarray) -> np.ndarray:
+    return sizes
 
 
 class Source(abc.ABC):
@@ -74,15 +80,17 @@ class Source(abc.ABC):
 
     @abc.abstractmethod
     def item_sizes(self) -> np.ndarray:
-        """Estimated stored bytes of each item, in item order (for --shard-size)."""
+        """Estimated stored bytes of each item (payload and key), in item order (for --shard-size)."""
 
     def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int],
-                    order: Optional[np.ndarray] = None) -> List[Tuple[int, int]]:
+                    order: Optional[np.ndarray] = None,
+                    sample_bytes: SampleBytes = _as_is) -> List[Tuple[int, int]]:
         """Ranges [start, stop) of positions in the planned order (items in source order, or
-        order[position] when given), one per shard. Sources whose items are too many to list
-        (CSV rows) override this with their own deterministic cut."""
+        order[position] when given), one per shard, each taking at most max_bytes as the format
+        stores it (sample_bytes). Sources whose items are too many to list (CSV rows) override
+        this with their own deterministic cut."""
         from ..plan import cut_shards
-        sizes = self.item_sizes()
+        sizes = sample_bytes(self.item_sizes())
         return cut_shards(sizes if order is None else sizes[order], max_bytes, max_items)
 
     @abc.abstractmethod

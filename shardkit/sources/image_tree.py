@@ -112,7 +112,9 @@ class ImageTreeSource(Source):
 
     # ---- Source interface -------------------------------------------------------------
     def item_sizes(self) -> np.ndarray:
-        return self.codec.stored_bytes(self._stats[:, 0])
+        keys = np.fromiter((len(rel.encode("utf-8", "surrogateescape")) for rel in self.paths), dtype=np.int64,
+                           count=len(self.paths))
+        return self.codec.stored_bytes(self._stats[:, 0]) + keys + 4     # + the key and its length
 
     def summary(self) -> Dict[str, Any]:
         return dict(self._summary)
@@ -150,7 +152,7 @@ class ImageTreeSource(Source):
             except SampleError as exc:
                 yield Skipped(rel, str(exc))
                 continue
-            yield Converted(Encoded.make(payload, int(self.labels[index])), len(data), detected)
+            yield Converted(Encoded.make(payload, int(self.labels[index]), key=rel), len(data), detected)
 
 
 def read_regular_file(path: str) -> bytes:

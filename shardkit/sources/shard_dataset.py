@@ -1,6 +1,6 @@
 """A shardkit dataset as SRC: re-shard it or change its format without the raw data.
 
-Each stored record is copied as it is (payload, label, CRC32); classes and schema come from the
+Each stored record is copied as it is (payload, label, CRC32, key); classes and schema come from the
 old manifest. Shards are read one at a time through the format registry, and every record's
 CRC32 is checked on the way, so a damaged sample is skipped and listed, never copied.
 """
@@ -17,7 +17,7 @@ from ..formats import ShardReader, get_format
 from ..manifest import Manifest, load_manifest
 from ..options import ReshardOptions, RunOptions
 from ..records import Encoded
-from .base import Converted, Outcome, Skipped, Source
+from .base import Converted, Outcome, SampleBytes, Skipped, Source
 
 
 class ShardDatasetSource(Source):
@@ -60,11 +60,13 @@ class ShardDatasetSource(Source):
         return int(self.manifest.total_bytes)
 
     def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int],
-                    order: Optional[np.ndarray] = None) -> List[Tuple[int, int]]:
+                    order: Optional[np.ndarray] = None,
+                    sample_bytes: Optional[SampleBytes] = None) -> List[Tuple[int, int]]:
         """cut_shards over per-shard average sample sizes; in source order computed run by run
         (no per-item array)."""
         if order is not None:
-            return super().plan_ranges(max_bytes, max_items, order)
+            return super().plan_ranges(max_bytes, max_items, order, sample_bytes or (lambda sizes: sizes))
+        per_sample = self._per_sample if sample_bytes is None else sample_bytes(self._per_sample)
         total = int(self._starts[-1])
         if not total:
             return []
@@ -77,7 +79,7 @@ class ShardDatasetSource(Source):
         while position < total:
             while self._starts[shard + 1] <= position:
                 shard += 1
-            size = int(self._per_sample[shard])
+            size = int(per_sample[shard])
             room = (max_bytes - filled) // size
             if max_items:
                 room = min(room, max_items - (position - start))
@@ -148,6 +150,11 @@ class ShardDatasetSource(Source):
                                     f"{entry.size} (truncated or replaced)", path=path)
         fmt = get_format(self.manifest.format_name)
         reader = fmt.open_reader(path, self.schema, self.manifest.format_options)
+        try:
+            self.manifest.check_identity(reader.dataset_id, path, shard)
+        except CorruptShardError:
+            reader.close()
+            raise
         if len(reader) != entry.num_samples:
             reader.close()
             raise CorruptShardError(f"{path}: source shard {shard} holds {len(reader)} samples, its manifest "
@@ -158,6 +165,7 @@ class ShardDatasetSource(Source):
         entry = self.manifest.shards[shard]
         try:
             stored = reader.read(local)
+            key = reader.key(local)
         except CorruptSampleError as exc:
             return Skipped(entry.path, f"sample {local} (index {entry.first_index + local}) cannot be read: "
                                        f"{exc.problem}")
@@ -169,5 +177,7 @@ class ShardDatasetSource(Source):
         payload = stored.payload
         # Own the bytes: the reader is closed (and its file unmapped) once this shard is done.
         payload = np.array(payload, copy=True) if self.schema.is_array else bytes(payload)
-        return Converted(Encoded(payload, stored.label, stored.crc32), len(payload) if isinstance(payload, bytes)
+        if key is None:                 # a dataset written before keys: the sample's index in it
+            key = f"#{entry.first_index + local}"
+        return Converted(Encoded(payload, stored.label, stored.crc32, key), len(payload) if isinstance(payload, bytes)
                          else int(payload.nbytes))

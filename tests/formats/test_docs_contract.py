@@ -38,7 +38,14 @@ def test_format_page_reads_every_sample_with_the_raw_library(dataset_dir: Path, 
     exec(compile(blocks[0], f"formats/{fmt}.md", "exec"), scope)
     ds = shardkit.open_dataset(dataset_dir, decode=None)
     assert len(scope["samples"]) == len(ds)
+    assert scope["keys"] == [ds.key(index) for index in range(len(ds))]
+    assert scope["keys"][0] and all("/" in key for key in scope["keys"])    # image paths relative to SRC
     for index, (payload, class_name) in enumerate(scope["samples"]):
         stored, label = ds[index]
         assert bytes(payload) == bytes(memoryview(stored))
         assert class_name == ds.classes[label]
+
+
+def test_keys_page_snippets_run() -> None:
+    for block in python_blocks(REPO / "formats" / "keys.md"):
+        exec(compile(block, "formats/keys.md", "exec"), {})

@@ -23,8 +23,30 @@ def test_golden_dataset_reads(golden: Path) -> None:
     assert len(ds) == len(expected)
     for index, item in enumerate(expected):
         payload, label = ds[index]
-        assert hashlib.sha256(bytes(memoryview(payload))).hexdigest() == item["sha256"]
+        if "sha256" in item:
+            assert hashlib.sha256(bytes(memoryview(payload))).hexdigest() == item["sha256"]
+        else:
+            assert payload.tolist() == item["values"]
         assert ds.classes[label] == item["class"]
+        assert ds.key(index) == item.get("key")       # datasets written before keys have none
+
+
+def test_version_1_goldens_have_no_keys_and_refuse_return_key() -> None:
+    old = [path for path in GOLDEN_DIRS if path.name.endswith("-v1")]
+    assert old
+    for golden in old:
+        assert shardkit.open_dataset(golden).key(0) is None
+        with pytest.raises(shardkit.UsageError, match="before samples stored their keys"):
+            shardkit.open_dataset(golden, return_key=True)
+
+
+@pytest.mark.parametrize("golden", [path for path in GOLDEN_DIRS if not path.name.endswith("-v1")],
+                         ids=lambda path: path.name)
+def test_return_key_gives_sample_label_and_key(golden: Path) -> None:
+    expected = json.loads((golden / "expected.json").read_text())
+    ds = shardkit.open_dataset(golden, decode=None, return_key=True)
+    sample, label, key = ds[len(ds) - 1]
+    assert (ds.classes[label], key) == (expected[-1]["class"], expected[-1]["key"])
 
 
 def _make_golden():

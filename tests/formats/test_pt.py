@@ -26,15 +26,20 @@ def _write(path: Path, samples: list, schema: SampleSchema = SCHEMA) -> None:
 
 def test_contents_are_plain_tensors_as_documented(tmp_path: Path) -> None:
     schema = SampleSchema(kind="image", compression="gzip", compression_level=1)
-    samples = [Encoded.make(b"xyz" * 500, 2), Encoded.make(b"", -1), Encoded.make(b"\xff" * 7, 0)]
+    samples = [Encoded.make(b"xyz" * 500, 2, key="x"), Encoded.make(b"", -1, key="dir/é"),
+               Encoded.make(b"\xff" * 7, 0, key="z")]
     path = tmp_path / "s.pt"
-    _write(path, samples, schema)
+    write_shard(FMT.name, path, schema, samples, dataset_id="feed")
     assert torch.serialization.get_unsafe_globals_in_checkpoint(str(path)) == []
     shard = torch.load(str(path), mmap=True, weights_only=True)
     assert list(shard) == ["shardkit_format", "format_version", "layout", "dtype", "shape", "compression",
-                           "num_samples", "data", "offsets", "raw_lengths", "labels", "crc32"]
-    assert (shard["shardkit_format"], shard["format_version"], shard["compression"], shard["num_samples"]) == \
-        ("pt", 1, "gzip", 3)
+                           "num_samples", "data", "offsets", "raw_lengths", "labels", "crc32", "dataset_id", "keys",
+                           "key_blocks"]
+    assert (shard["shardkit_format"], shard["format_version"], shard["compression"], shard["num_samples"],
+            shard["dataset_id"]) == ("pt", 2, "gzip", 3, "feed")
+    block = zlib.decompress(shard["keys"].numpy().tobytes())
+    assert shard["key_blocks"].tolist() == [0, len(shard["keys"])]
+    assert np.frombuffer(block[:16], "<u4").tolist() == [3, 1, 6, 1] and block[16:] == "xdir/éz".encode()
     assert {name: shard[name].dtype for name in ("data", "offsets", "raw_lengths", "labels", "crc32")} == {
         "data": torch.uint8, "offsets": torch.int64, "raw_lengths": torch.int64, "labels": torch.int64,
         "crc32": torch.int64}
@@ -119,7 +124,9 @@ def _with(**changes) -> dict:
     (_with(data=torch.zeros(3, 4, dtype=torch.uint8)), "data is not a 1-D"),
     (_with(raw_lengths=torch.tensor([5, 8])), "stored and raw lengths differ"),
     (_with(layout="array"), "layout is 'array'"),
-    (_with(format_version=2), "format version 2"),
+    (_with(format_version=3), "format version 3"),
+    (_with(format_version=2), "no dataset_id"),
+    (_with(format_version=2, dataset_id="d", keys=torch.zeros(0, dtype=torch.uint8)), "key_blocks is not"),
     (_with(num_samples="2"), "num_samples"),
     (_with(crc32=torch.tensor([-1, 0])), "CRCs out of range"),
 ])

@@ -53,14 +53,15 @@ def _array_dataset(dst: Path, fmt_name: str, schema: SampleSchema, arrays: list,
     entries = []
     for number, first in enumerate(range(0, len(arrays), per_shard)):
         rel = f"shards/shard-{number:05d}{fmt.extension}"
-        writer = fmt.open_writer(str(dst / rel), schema, {})
+        writer = fmt.open_writer(str(dst / rel), schema, {}, "hand-made")
         for array, label in zip(arrays[first:first + per_shard], labels[first:first + per_shard]):
-            writer.append(Encoded.make(array, label))
+            writer.append(Encoded.make(array, label, key=f"row {len(entries)}"))
         writer.close()
         entries.append(ShardEntry(rel, len(arrays[first:first + per_shard]), first, (dst / rel).stat().st_size,
                                   hash_file(dst / rel)))
     Manifest(format_name=fmt.name, format_version=fmt.version, schema=schema, shards=entries, classes=classes,
-             format_options=fmt.default_options(schema, 0), shardkit_version=shardkit.__version__).save(dst)
+             format_options=fmt.default_options(schema, 0), shardkit_version=shardkit.__version__,
+             dataset_id="hand-made").save(dst)
 
 
 @pytest.fixture(scope="module", params=RAW_FORMATS)

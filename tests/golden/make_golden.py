@@ -97,6 +97,10 @@ def expected_dirs() -> List[Path]:
             for layout, (_, _, formats) in LAYOUTS.items() for name in format_names() if name in formats]
 
 
+#: Rows of the tabular golden datasets (from format version 2 on): features a, b and label kind.
+ROWS = [(index * 0.5, (index * 7) % 11, "odd" if index % 2 else "even") for index in range(23)]
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for layout, (build, options, formats) in LAYOUTS.items():
@@ -107,6 +111,28 @@ def main() -> None:
                 src, expected = build(Path(tmp) / f"{name}-{layout}")
                 shardkit.convert(str(src), str(dst), format=name, quiet=True, **options)
                 (dst / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
+                print(f"wrote {dst}")
+        src = Path(tmp) / "src"
+        files = make_image_tree(str(src), num_images=8, classes=("cat", "dog"), seed=11, sizes=(6, 14))
+        ordered = sorted(files, key=lambda rel: tuple(rel.split("/")))
+        expected = [{"sha256": hashlib.sha256((src / rel).read_bytes()).hexdigest(), "class": rel.split("/")[0],
+                     "key": rel} for rel in ordered]
+        table = Path(tmp) / "rows.csv"
+        table.write_text("a,b,kind\n" + "".join(f"{a},{b},{kind}\n" for a, b, kind in ROWS))
+        expected_rows = [{"values": [a, b], "class": kind, "key": f"rows.csv:{line}"}
+                         for line, (a, b, kind) in enumerate(ROWS, start=2)]
+        for name in format_names():
+            fmt = get_format(name)
+            dst = golden_dir(name, fmt.version)
+            if not dst.exists():
+                shardkit.convert(str(src), str(dst), format=name, samples_per_shard=5, quiet=True)
+                (dst / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
+                print(f"wrote {dst}")
+            dst = dst.with_name(dst.name + "-rows")
+            if fmt.version >= 2 and not dst.exists():
+                shardkit.convert(str(table), str(dst), format=name, samples_per_shard=10, label_column="kind",
+                                 quiet=True)
+                (dst / "expected.json").write_text(json.dumps(expected_rows, indent=1) + "\n")
                 print(f"wrote {dst}")
 
 

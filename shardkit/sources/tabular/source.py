@@ -9,6 +9,7 @@ vocabularies. Memory follows the block and shard size, never the file size.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import hashlib
 import json
 import os
@@ -20,7 +21,8 @@ import numpy as np
 from ...codecs.tabular import Column, EncodedBatch, TabularCodec
 from ...errors import EmptySourceError, UsageError
 from ...options import RunOptions, TabularOptions
-from ..base import Converted, ConvertedRun, Outcome, Skipped, Source
+from ...records import EncodedRows
+from ..base import Converted, ConvertedRun, Outcome, SampleBytes, Skipped, Source
 from .files import TableFile, holds_table_tree, is_table_path, normalize_decimal, normalize_delimiter
 from .parse import ParsedTable, parse_files
 from .scan import label_spec, read_heads, sample, select
@@ -48,6 +50,9 @@ class TabularSource(Source):
         self.total_rows = sum(item.rows for item in files)
         self.parts = parsed.parts
         self._first_rows = [part.first_row for part in self.parts]
+        self._file_first_row: Dict[str, int] = {}
+        for part in self.parts:                          # parts are in row order: a file's first part first
+            self._file_first_row.setdefault(part.path, part.first_row)
         per_row = {item.path: item.size // max(1, item.rows) for item in files}
         self._per_row = [per_row[part.path] for part in self.parts]
         self._summary = summary
@@ -143,12 +148,15 @@ class TabularSource(Source):
         return self.codec.estimated_row_bytes(self._summary["file_bytes"] / max(1, self.total_rows))
 
     def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int],
-                    order: Optional[np.ndarray] = None) -> List[Tuple[int, int]]:
+                    order: Optional[np.ndarray] = None,
+                    sample_bytes: Optional[SampleBytes] = None) -> List[Tuple[int, int]]:
         """Consecutive ranges of at most max_items rows and (estimated) max_bytes stored bytes;
         every row has the same estimated size, so the cut is the same in any order."""
         step = max_items or self.total_rows
         if max_bytes is not None:
-            step = min(step, max(1, max_bytes // self._row_bytes()))
+            row = self._row_bytes() + 4     # + the key "file:row": consecutive keys compress to a few bytes
+            row = int(sample_bytes(np.array([row]))[0]) if sample_bytes is not None else row
+            step = min(step, max(1, max_bytes // row))
         step = max(1, step)
         return [(start, min(start + step, self.total_rows)) for start in range(0, self.total_rows, step)]
 
@@ -192,18 +200,31 @@ class TabularSource(Source):
                 labels = None
             reasons = {position: reason for position, (_, reason) in rows.bad.items()}
             lines = {position: line for position, (line, _) in rows.bad.items()}
-            yield from _outcomes(self.codec.samples(vectors, labels, rows.tails, reasons), item.name, lines, per_row)
+            first = begin + item.first_row - self._file_first_row[item.path] + 1
+            key_name = _key_name(item)
+            keys = [f"{key_name}:{row}" for row in range(first, first + len(vectors))]
+            yield from _outcomes(self.codec.samples(vectors, labels, rows.tails, reasons), item.name, lines, per_row,
+                                 keys)
 
 
-def _outcomes(batch: EncodedBatch, name: str, lines: Dict[int, int], per_row: int) -> Iterator[Outcome]:
-    """The batch's samples as one run when all rows are good, else row by row with a Skipped
-    (file name, line) for each bad one."""
+def _key_name(item: TableFile) -> str:
+    """The file part of a row's key: its path relative to SRC (a single-file SRC: its name)."""
+    return os.path.basename(item.path) if item.name == item.path else item.name
+
+
+def _outcomes(batch: EncodedBatch, name: str, lines: Dict[int, int], per_row: int,
+              keys: List[str]) -> Iterator[Outcome]:
+    """The batch's samples (each with its key "file:row") as one run when all rows are good, else
+    row by row with a Skipped (file name, line) for each bad one."""
+    samples = batch.samples
     if not batch.reasons:
-        yield ConvertedRun(batch.samples, per_row * len(batch.samples))  # type: ignore[arg-type]
+        keyed = samples.with_keys(keys) if isinstance(samples, EncodedRows) else \
+            [dataclasses.replace(encoded, key=key) for encoded, key in zip(samples, keys)]
+        yield ConvertedRun(keyed, per_row * len(samples))  # type: ignore[arg-type]
         return
-    for position, encoded in enumerate(batch.samples):
+    for position, encoded in enumerate(samples):
         if encoded is not None:
-            yield Converted(encoded, per_row)
+            yield Converted(dataclasses.replace(encoded, key=keys[position]), per_row)
         else:
             yield Skipped(name, batch.reasons[position], line=lines[position])
 

@@ -31,7 +31,8 @@ PREFIX = "shardkit-csv-"
 
 def record_type(dtype: str, features: int, texts: bool) -> np.dtype:
     """One row on disk: its vector, label, where its skip note is (-1: none) and where its text part ends."""
-    fields = [("vector", np.dtype(dtype).newbyteorder("<"), (features,)), ("label", "<i8"), ("skip", "<i8")]
+    fields = [("vector", np.dtype(dtype).newbyteorder("<"), (features,)), ("label", "<i8"), ("skip", "<i8"),
+              ("line", "<i8")]
     if texts:
         fields.append(("text_end", "<i8"))
     return np.dtype(fields)
@@ -46,6 +47,7 @@ class SpilledRows:
     labels: np.ndarray
     tails: Optional[List[bytes]]
     bad: Dict[int, Tuple[int, str]]
+    lines: Optional[np.ndarray] = None      # the line each row starts on (its key)
 
 
 class Spill:
@@ -90,16 +92,17 @@ class Spill:
 
     # ---- writing (the scan) ---------------------------------------------------------------
     def append(self, vectors: np.ndarray, labels: Optional[np.ndarray], tails: Optional[List[bytes]],
-               bad: Dict[int, Tuple[int, str]]) -> None:
+               bad: Dict[int, Tuple[int, str]], lines: Optional[List[int]] = None) -> None:
         """Add len(vectors) rows; bad maps a row's index among them to its (line, reason)."""
         with self._writing():
-            self._append(vectors, labels, tails, bad)
+            self._append(vectors, labels, tails, bad, lines)
 
     def _append(self, vectors: np.ndarray, labels: Optional[np.ndarray], tails: Optional[List[bytes]],
-                bad: Dict[int, Tuple[int, str]]) -> None:
+                bad: Dict[int, Tuple[int, str]], lines: Optional[List[int]]) -> None:
         rows, texts, skips = self._writers
         block = np.zeros(len(vectors), dtype=self.record)
         block["vector"] = vectors
+        block["line"] = 0 if lines is None else lines
         block["label"] = -1 if labels is None else labels
         block["skip"] = -1
         for index in sorted(bad):
@@ -157,7 +160,7 @@ class Spill:
                     handle.seek(int(block["skip"][index]))
                     line, reason = json.loads(handle.readline())
                     bad[index] = (int(line), reason)
-        return SpilledRows(np.array(block["vector"]), np.array(block["label"]), tails, bad)
+        return SpilledRows(np.array(block["vector"]), np.array(block["label"]), tails, bad, np.array(block["line"]))
 
     def remove(self) -> None:
         """Delete the files, in the owner process (the shard writers merely read them)."""

@@ -1,0 +1,114 @@
+"""Sample keys stored in a shard: every format keeps them as the same two arrays (formats/keys.md).
+
+  key data    uint8   independently zlib-compressed blocks of KEY_BLOCK keys, back to back
+  key blocks  int64   (blocks + 1,) offsets: block b is key_data[blocks[b]:blocks[b+1]]
+
+A block inflates to: uint32 count n, n uint32 key lengths, then the n keys' bytes. Keys are
+UTF-8 (a file name that is not valid UTF-8 keeps its bytes: Python's surrogateescape). Keys of
+consecutive rows (`table.csv:17`, `table.csv:18`) compress to a few bytes each, and a reader
+inflates one block of about a thousand keys for a lookup, only when a key is asked for.
+"""
+from __future__ import annotations
+
+import zlib
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import CorruptShardError
+
+#: Keys per compressed block.
+KEY_BLOCK = 1024
+#: zlib level of the key blocks.
+KEY_LEVEL = 6
+#: Largest inflated block accepted (a longer claim is corrupt): 1024 keys of 64 KiB each.
+MAX_BLOCK_BYTES = KEY_BLOCK * (4 + (64 << 10)) + 4
+
+
+def key_bytes(key: Optional[str]) -> bytes:
+    """The stored bytes of a key: UTF-8, undecodable file-name bytes kept as they are."""
+    return b"" if key is None else key.encode("utf-8", "surrogateescape")
+
+
+class KeyPacker:
+    """Collects a shard's keys while it is written; finish() gives (key data, key blocks)."""
+
+    def __init__(self) -> None:
+        self._blocks: List[bytes] = []
+        self._pending: List[bytes] = []
+        self.count = 0
+
+    def add(self, key: Optional[str]) -> None:
+        """The key of the next sample (None: unknown, stored as an empty key)."""
+        self._pending.append(key_bytes(key))
+        self.count += 1
+        if len(self._pending) == KEY_BLOCK:
+            self._flush()
+
+    def extend(self, keys: Optional[Sequence[Optional[str]]], count: int) -> None:
+        """Keys of the next `count` samples (None: all unknown)."""
+        for key in (keys if keys is not None else [None] * count):
+            self.add(key)
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        header = np.array([len(pending)] + [len(key) for key in pending], dtype="<u4").tobytes()
+        self._blocks.append(zlib.compress(header + b"".join(pending), KEY_LEVEL))
+
+    def finish(self) -> Tuple[bytes, np.ndarray]:
+        """(key data, int64 block offsets) of every key added."""
+        if self._pending:
+            self._flush()
+        offsets = np.zeros(len(self._blocks) + 1, dtype=np.int64)
+        np.cumsum([len(block) for block in self._blocks], out=offsets[1:])
+        return b"".join(self._blocks), offsets
+
+
+class KeyTable:
+    """A shard's keys, read lazily: nothing is read until key() is first called, then only the
+    small block table and the one block that holds the key."""
+
+    def __init__(self, path: str, count: int, load_blocks: Callable[[], np.ndarray],
+                 load_bytes: Callable[[int, int], bytes]) -> None:
+        self._path = path
+        self._count = count
+        self._load_blocks = load_blocks
+        self._load_bytes = load_bytes
+        self._blocks: Optional[np.ndarray] = None
+        self._cached: Tuple[int, List[bytes]] = (-1, [])
+
+    def _corrupt(self, problem: str) -> CorruptShardError:
+        return CorruptShardError(f"{self._path}: corrupt key table: {problem}", path=self._path)
+
+    def key(self, index: int) -> Optional[str]:
+        """The key of sample index (None when the sample was stored without one)."""
+        if not 0 <= index < self._count:
+            raise IndexError(f"sample {index} out of range for shard of {self._count}")
+        block, position = divmod(index, KEY_BLOCK)
+        if self._cached[0] != block:
+            self._cached = (block, self._read_block(block))
+        raw = self._cached[1][position]
+        return raw.decode("utf-8", "surrogateescape") if raw else None
+
+    def _read_block(self, block: int) -> List[bytes]:
+        if self._blocks is None:
+            blocks = np.asarray(self._load_blocks(), dtype=np.int64)
+            if len(blocks) != -(-self._count // KEY_BLOCK) + 1 or blocks[0] != 0 or np.any(np.diff(blocks) < 0):
+                raise self._corrupt(f"{len(blocks)} block offsets for {self._count} keys, or not increasing")
+            self._blocks = blocks
+        begin, end = int(self._blocks[block]), int(self._blocks[block + 1])
+        inflater = zlib.decompressobj()
+        try:
+            data = inflater.decompress(self._load_bytes(begin, end), MAX_BLOCK_BYTES)
+        except zlib.error as exc:
+            raise self._corrupt(f"block {block} does not inflate ({exc})") from None
+        expected = min(KEY_BLOCK, self._count - block * KEY_BLOCK)
+        header = 4 * (expected + 1)
+        if len(data) < header or int.from_bytes(data[:4], "little") != expected:
+            raise self._corrupt(f"block {block} does not hold its {expected} keys")
+        lengths = np.frombuffer(data, dtype="<u4", count=expected, offset=4).astype(np.int64)
+        ends = header + np.cumsum(lengths)
+        if not inflater.eof or int(ends[-1]) != len(data):
+            raise self._corrupt(f"block {block}: key lengths do not add up to its bytes")
+        starts = np.concatenate([[header], ends[:-1]]).tolist()
+        return [data[start:stop] for start, stop in zip(starts, ends.tolist())]
