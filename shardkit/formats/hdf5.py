@@ -188,18 +188,22 @@ def check_self_contained(handle: h5py.File) -> None:
     A shard's checksum covers only its own bytes, so anything it reads from elsewhere would get
     around verify; and a chunk is inflated whole on every read. Called wherever a shard opens.
     """
-    for name in handle:
-        link = handle.get(name, getlink=True)
-        if not isinstance(link, h5py.HardLink):
-            raise ValueError(f"/{name} is a {type(link).__name__}; only datasets stored in the shard are read")
-        if handle.get(name, getclass=True) is not h5py.Dataset:
-            raise ValueError(f"/{name} is not a dataset")
-        _check_storage(name, handle[name])
+    for name in handle.id:                      # low-level: no high-level objects per member
+        kind = handle.id.links.get_info(name).type
+        if kind != h5py.h5l.TYPE_HARD:
+            link = {h5py.h5l.TYPE_SOFT: "SoftLink", h5py.h5l.TYPE_EXTERNAL: "ExternalLink"}.get(kind, "user link")
+            raise ValueError(f"/{name.decode(errors='replace')} is a {link}; only datasets stored in the shard "
+                             "are read")
+        dsid = h5py.h5o.open(handle.id, name)
+        if not isinstance(dsid, h5py.h5d.DatasetID):
+            raise ValueError(f"/{name.decode(errors='replace')} is not a dataset")
+        _check_storage(name.decode(errors="replace"), dsid)
 
 
-def _check_storage(name: str, dset: h5py.Dataset) -> None:
-    dcpl = dset.id.get_create_plist()
-    if dcpl.get_layout() not in _STORED_LAYOUTS:
+def _check_storage(name: str, dsid: Any) -> None:
+    dcpl = dsid.get_create_plist()
+    layout = dcpl.get_layout()
+    if layout not in _STORED_LAYOUTS:
         raise ValueError(f"/{name} has a virtual layout (its data lives in other files)")
     if dcpl.get_external_count():
         raise ValueError(f"/{name} keeps its data in external files")
@@ -207,13 +211,14 @@ def _check_storage(name: str, dset: h5py.Dataset) -> None:
         code = dcpl.get_filter(number)[0]
         if code not in SAFE_FILTERS:
             raise ValueError(f"/{name} uses HDF5 filter {code}, which shardkit does not read")
-    if dset.chunks is None:
+    if layout != h5py.h5d.CHUNKED:
         return
-    row_bytes = int(np.prod(dset.shape[1:], dtype=np.int64)) * dset.dtype.itemsize
-    chunk_bytes = int(np.prod(dset.chunks, dtype=np.float64)) * dset.dtype.itemsize
-    if any(chunk > max(1, size) for chunk, size in zip(dset.chunks, dset.shape)) \
+    chunks, shape, itemsize = tuple(dcpl.get_chunk()), tuple(dsid.shape), dsid.dtype.itemsize
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
+    chunk_bytes = int(np.prod(chunks, dtype=np.float64)) * itemsize
+    if any(chunk > max(1, size) for chunk, size in zip(chunks, shape)) \
             or chunk_bytes > max(MAX_CHUNK_BYTES, row_bytes):
-        raise ValueError(f"/{name} has chunks of {dset.chunks} ({chunk_bytes} bytes) for shape {dset.shape}; "
+        raise ValueError(f"/{name} has chunks of {chunks} ({chunk_bytes} bytes) for shape {shape}; "
                          f"chunks may not exceed the dataset or {MAX_CHUNK_BYTES} bytes")
 
 
