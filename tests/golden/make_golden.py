@@ -36,7 +36,7 @@ def main() -> None:
             dst = golden_dir(name, fmt.version)
             if dst.exists():
                 continue
-            shardkit.convert(str(src), str(dst), format=name, samples_per_shard=5, quiet=True)
+            shardkit.convert(str(src), str(dst), format=name, samples_per_shard=5, order="source", quiet=True)
             (dst / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
             print(f"wrote {dst}")
 
