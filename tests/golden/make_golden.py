@@ -125,7 +125,7 @@ def main() -> None:
             fmt = get_format(name)
             dst = golden_dir(name, fmt.version)
             if not dst.exists():
-                shardkit.convert(str(src), str(dst), format=name, samples_per_shard=5, quiet=True)
+                shardkit.convert(str(src), str(dst), format=name, samples_per_shard=5, order="source", quiet=True)
                 (dst / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
                 print(f"wrote {dst}")
             dst = dst.with_name(dst.name + "-rows")

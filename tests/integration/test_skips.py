@@ -38,7 +38,9 @@ def test_bad_files_are_skipped_and_listed(tree_with_bad_files: Path, tmp_path: P
 
 def test_on_error_fail_and_max_errors(tree_with_bad_files: Path, tmp_path: Path) -> None:
     runner = CliRunner()
-    result = runner.invoke(main, ["convert", str(tree_with_bad_files), str(tmp_path / "a"), "--on-error", "fail", "-q"])
+    # in source order the first bad input is circle/truncated.jpg
+    result = runner.invoke(main, ["convert", str(tree_with_bad_files), str(tmp_path / "a"), "--on-error", "fail", "-q",
+                                  "--order", "source"])
     assert result.exit_code == 1
     assert "truncated.jpg" in result.output and "--on-error fail" in result.output
     assert not (tmp_path / "a" / "manifest.json").exists()
