@@ -199,7 +199,7 @@ class ShardDataset(torch.utils.data.Dataset):
         return reader
 
     def key(self, index: Any) -> Optional[str]:
-        """The source key of a sample: its path relative to SRC (image trees), "file:line" (CSV
+        """The source key of a sample: its path relative to SRC (image trees), "file:row" (table
         rows); None for a dataset written before keys were stored (format version 1)."""
         shard, local = self.locate(sample_index(index, self._length))
         return self.reader(shard).key(local)

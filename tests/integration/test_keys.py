@@ -28,7 +28,7 @@ def _keys(dst: Path) -> list:
 
 def test_image_tree_keys_are_relative_paths(image_tree: Path, tmp_path: Path, fmt: str) -> None:
     dst = tmp_path / "out"
-    shardkit.convert(str(image_tree), str(dst), format=fmt, samples_per_shard=25, quiet=True)
+    shardkit.convert(str(image_tree), str(dst), format=fmt, samples_per_shard=25, order="source", quiet=True)
     files = image_files(image_tree)
     assert _keys(dst) == files
     ds = shardkit.open_dataset(dst, decode=None, return_key=True)
@@ -41,7 +41,7 @@ def test_image_tree_keys_are_relative_paths(image_tree: Path, tmp_path: Path, fm
 def test_unlabeled_and_labels_csv_trees_keep_paths(image_tree: Path, tmp_path: Path, fmt: str) -> None:
     files = image_files(image_tree)
     dst = tmp_path / "unlabeled"
-    shardkit.convert(str(image_tree), str(dst), format=fmt, no_labels=True, quiet=True)
+    shardkit.convert(str(image_tree), str(dst), format=fmt, no_labels=True, order="source", quiet=True)
     ds = shardkit.open_dataset(dst, decode=None, return_key=True)
     payload, key = ds[3]
     assert key == files[3] and bytes(memoryview(payload)) == (image_tree / key).read_bytes()
@@ -50,7 +50,7 @@ def test_unlabeled_and_labels_csv_trees_keep_paths(image_tree: Path, tmp_path: P
     labels.write_text("path,label\n" + "".join(f"{rel},{'even' if n % 2 else 'odd'}\n"
                                                for n, rel in enumerate(chosen)))
     dst = tmp_path / "listed"
-    shardkit.convert(str(image_tree), str(dst), format=fmt, labels=str(labels), quiet=True)
+    shardkit.convert(str(image_tree), str(dst), format=fmt, labels=str(labels), order="source", quiet=True)
     assert sorted(_keys(dst)) == sorted(chosen)
 
 
@@ -61,7 +61,7 @@ def test_non_utf8_file_names_keep_their_bytes(tmp_path: Path, fmt: str) -> None:
     first = sorted((src / "a").iterdir())[0]
     shutil.copyfile(first, src / "a" / name)
     dst = tmp_path / "out"
-    shardkit.convert(str(src), str(dst), format=fmt, quiet=True)
+    shardkit.convert(str(src), str(dst), format=fmt, order="source", quiet=True)
     keys = _keys(dst)
     assert f"a/{name}" in keys
     assert os.fsencode(keys[keys.index(f"a/{name}")]) == b"a/caf\xe9 \n.png"
@@ -84,21 +84,25 @@ def _write_table(path: Path, rows: int, text: bool = False) -> list:
 
 
 @pytest.mark.parametrize("text", [False, True], ids=["numeric", "text-columns"])
-def test_csv_rows_are_keyed_by_file_and_line(tmp_path: Path, fmt: str, text: bool) -> None:
+def test_csv_rows_are_keyed_by_file_and_row(tmp_path: Path, fmt: str, text: bool) -> None:
+    """A table row's key is its file and its number among the file's data rows (1-based), which
+    differs from its line where a quoted newline makes an earlier row take two lines."""
     src = tmp_path / "tables"
     (src / "sub").mkdir(parents=True)
     first = _write_table(src / "a.csv", 2500, text)          # more than two key blocks of 1024
     second = _write_table(src / "sub" / "b.csv", 40, text)
     dst = tmp_path / "out"
     shardkit.convert(str(src), str(dst), format=fmt, label_column="kind", samples_per_shard=1500, quiet=True)
-    expected = [f"a.csv:{line}" for line in first] + [f"sub/b.csv:{line}" for line in second]
+    assert first[-1] > len(first) + 1 if text else first[-1] == len(first) + 1    # lines and rows differ
+    expected = ([f"a.csv:{row}" for row in range(1, len(first) + 1)]
+                + [f"sub/b.csv:{row}" for row in range(1, len(second) + 1)])
     assert _keys(dst) == expected
     ds = shardkit.open_dataset(dst, decode=None, as_dict=True, return_key=True)
     row = ds[2501]
     assert row["__key__"] == expected[2501] and float(row["x"]) == 1.0
     single = tmp_path / "single"
     shardkit.convert(str(src / "a.csv"), str(single), format=fmt, label_column="kind", quiet=True)
-    assert _keys(single)[:3] == [f"a.csv:{line}" for line in first[:3]]
+    assert _keys(single)[:3] == ["a.csv:1", "a.csv:2", "a.csv:3"]
 
 
 def test_keys_batch_through_a_dataloader(dataset_dir: Path) -> None:
@@ -121,7 +125,7 @@ def test_keys_are_read_lazily_and_checked(tmp_path: Path, image_tree: Path, fmt:
     """Damage inside the key data does not stop samples from reading (keys are not read on open),
     and key() then raises CorruptShardError naming the shard instead of returning a wrong key."""
     dst = tmp_path / "out"
-    shardkit.convert(str(image_tree), str(dst), format=fmt, samples_per_shard=200, quiet=True)
+    shardkit.convert(str(image_tree), str(dst), format=fmt, samples_per_shard=200, order="source", quiet=True)
     shard = dst / "shards" / f"shard-00000{get_format(fmt).extension}"
     key_data = _key_data(dst)
     data = bytearray(shard.read_bytes())
