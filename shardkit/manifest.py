@@ -18,7 +18,7 @@ SHARDS_DIR = "shards"
 SKIPPED_NAME = "skipped.jsonl"
 #: source.summary keys that count what the written shards hold (summed over the parts by merge);
 #: every other key describes the whole scan of SRC and is the same in every part.
-RUN_SUMMARY_KEYS = ("converted", "skipped", "bytes", "detected")
+RUN_SUMMARY_KEYS = ("converted", "skipped", "bytes", "detected", "samples_per_class")
 #: Version of the manifest layout itself (formats/manifest.schema.json).
 MANIFEST_VERSION = 1
 

@@ -205,7 +205,7 @@ def test_src_of_only_bad_files_leaves_no_dataset(fmt: str, tmp_path: Path) -> No
     src.mkdir(parents=True)
     (src / "a.jpg").write_bytes(b"")
     (src / "b.png").write_bytes(b"not a png")
-    result = run_cli("convert", src.parent, tmp_path / "dst", "--format", fmt, "-q")
+    result = run_cli("convert", src.parent, tmp_path / "dst", "--format", fmt, "-q", "--order", "source")
     assert result.returncode == 1 and "no usable sample" in result.stderr and "cls/a.jpg" in result.stderr
     assert_no_traceback(result)
     assert not (tmp_path / "dst").exists()
@@ -352,6 +352,6 @@ def test_sort_order_matches_shardkit(tmp_path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         Image.new("L", (2, 2), number * 30).save(path)
     dst = tmp_path / "dst"
-    shardkit.convert(str(src), str(dst), quiet=True)
+    shardkit.convert(str(src), str(dst), order="source", quiet=True)
     ds = shardkit.open_dataset(dst, decode=None)
     assert [bytes(memoryview(ds[i][0])) for i in range(len(ds))] == [(src / rel).read_bytes() for rel in expected]

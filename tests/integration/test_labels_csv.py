@@ -32,7 +32,8 @@ def test_delimiter_given_or_sniffed(delimiter: str, given, image_tree: Path, tmp
     rows = _rows(image_tree, ["a", "b", "a", "b", "a", "b"])
     labels = _write(tmp_path / "labels.csv", rows, delimiter)
     dst = tmp_path / "dst"
-    report = shardkit.convert(str(image_tree), str(dst), labels=str(labels), delimiter=given, quiet=True)
+    report = shardkit.convert(str(image_tree), str(dst), labels=str(labels), delimiter=given, order="source",
+                              quiet=True)
     assert report.num_samples == 6 and report.skipped == 0
     assert _labels(dst) == [label for _, label in rows]
 
@@ -42,7 +43,7 @@ def test_bad_rows_are_skipped_and_listed(image_tree: Path, tmp_path: Path) -> No
     bad = [["", "a"], [rows[1][0], "a"], ["../outside.png", "b"], [rows[2][0], ""], ["/etc/passwd", "a"]]
     labels = _write(tmp_path / "labels.csv", rows + bad)
     dst = tmp_path / "dst"
-    report = shardkit.convert(str(image_tree), str(dst), labels=str(labels), quiet=True)
+    report = shardkit.convert(str(image_tree), str(dst), labels=str(labels), order="source", quiet=True)
     assert report.num_samples == 5 and report.skipped == 5
     listed = [json.loads(line) for line in (dst / "skipped.jsonl").read_text().splitlines()]
     assert sorted(item["line"] for item in listed) == [7, 8, 9, 10, 11]
@@ -61,7 +62,7 @@ def test_absolute_path_inside_src_is_accepted(image_tree: Path, tmp_path: Path) 
     rows = _rows(image_tree, ["x", "y", "x"], absolute=True)
     labels = _write(tmp_path / "labels.csv", rows)
     dst = tmp_path / "dst"
-    report = shardkit.convert(str(image_tree), str(dst), labels=str(labels), quiet=True)
+    report = shardkit.convert(str(image_tree), str(dst), labels=str(labels), order="source", quiet=True)
     assert report.num_samples == 3 and report.skipped == 0
     assert _labels(dst) == ["x", "y", "x"]
 
@@ -69,5 +70,5 @@ def test_absolute_path_inside_src_is_accepted(image_tree: Path, tmp_path: Path) 
 def test_integer_labels_sort_numerically(image_tree: Path, tmp_path: Path) -> None:
     labels = _write(tmp_path / "labels.csv", _rows(image_tree, ["10", "2", "1", "10", "-3"]))
     dst = tmp_path / "dst"
-    shardkit.convert(str(image_tree), str(dst), labels=str(labels), quiet=True)
+    shardkit.convert(str(image_tree), str(dst), labels=str(labels), order="source", quiet=True)
     assert shardkit.open_dataset(dst).classes == ["-3", "1", "2", "10"]

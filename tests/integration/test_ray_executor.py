@@ -1,5 +1,6 @@
 """--executor ray on a local Ray the tests start: the same bytes as the local executor, a task
-killed mid-shard is retried, and --resume finishes a run whose driver was killed."""
+killed mid-shard is retried, and --resume finishes a run whose driver was killed. These run the
+local-Ray recipe of docs/scale-out.md."""
 from __future__ import annotations
 
 import os

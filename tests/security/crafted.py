@@ -63,7 +63,7 @@ def rewrite_shard(dst: Path, samples: List[Encoded]) -> Path:
     fmt = get_format(manifest.format_name)
     path = dst / manifest.shards[0].path
     path.unlink()
-    writer = fmt.open_writer(str(path), manifest.schema, manifest.format_options)
+    writer = fmt.open_writer(str(path), manifest.schema, manifest.format_options, manifest.dataset_id or "")
     writer.append_many(samples)
     writer.close()
     reseal(dst)
