@@ -109,7 +109,7 @@ def main() -> None:
                 if name not in formats or dst.exists():
                     continue
                 src, expected = build(Path(tmp) / f"{name}-{layout}")
-                shardkit.convert(str(src), str(dst), format=name, quiet=True, **options)
+                shardkit.convert(str(src), str(dst), format=name, order="source", quiet=True, **options)
                 (dst / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
                 print(f"wrote {dst}")
         src = Path(tmp) / "src"

@@ -77,7 +77,7 @@ def test_a_task_killed_mid_shard_is_retried(ray_address: str, big_tree: Path, tm
 
     def kill_one_writer() -> None:
         while not stop.is_set() and not killed:
-            temps = [p for p in (dst / "shards").glob(".*.tmp")] if (dst / "shards").is_dir() else []
+            temps = [p for p in (dst / "shards").glob(".*.tmp*")] if (dst / "shards").is_dir() else []
             pids = _ray_task_pids()
             if temps and pids:           # a shard's temporary file exists: a task is mid-shard
                 os.kill(pids[0], signal.SIGKILL)
