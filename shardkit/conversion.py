@@ -307,6 +307,7 @@ def _run(ctx: SinkContext, tasks: List[ShardTask], options: RunOptions, already_
             except BaseException:
                 remove_stale_temps(ctx.dst)     # tasks stopped mid-shard leave their temporary files
                 raise
+            remove_stale_temps(ctx.dst)         # a lost task that was retried left its (randomly named) one
     return results
 
 
