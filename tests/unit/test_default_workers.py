@@ -8,15 +8,15 @@ import sys
 import pytest
 
 import shardkit
-from shardkit.conversion import ConvertOptions
+from shardkit.options import RunOptions
 from shardkit.workers import WORKERS_ENV, default_workers
 
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
-PRINT_DEFAULT = "from shardkit.conversion import ConvertOptions; print(ConvertOptions().workers)"
+PRINT_DEFAULT = "from shardkit.options import RunOptions; print(RunOptions().workers)"
 
 
 def _default_in_child(cpus: set) -> int:
-    """ConvertOptions().workers in a fresh interpreter pinned to `cpus`, without the override."""
+    """RunOptions().workers in a fresh interpreter pinned to `cpus`, without the override."""
     env = {key: value for key, value in os.environ.items() if key != WORKERS_ENV}
     out = subprocess.run([sys.executable, "-c", PRINT_DEFAULT], env=env, capture_output=True, text=True,
                          check=True, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
@@ -32,8 +32,8 @@ def test_default_is_the_affinity_mask_not_the_core_count() -> None:
 
 def test_environment_overrides_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(WORKERS_ENV, "3")
-    assert default_workers() == 3 and ConvertOptions().workers == 3
-    assert ConvertOptions(workers=1).workers == 1          # an explicit count always wins
+    assert default_workers() == 3 and RunOptions().workers == 3
+    assert RunOptions(workers=1).workers == 1          # an explicit count always wins
 
 
 @pytest.mark.parametrize("text", ["0", "-2", "two"])
