@@ -34,12 +34,7 @@ class ShardAwareSampler(torch.utils.data.distributed.DistributedSampler):
                  num_replicas: Optional[int] = None, rank: Optional[int] = None,
                  shards_per_window: Optional[int] = None, drop_last: bool = False) -> None:
         # DistributedSampler.__init__ insists on an initialised process group; the fields are set here.
-        if num_replicas is None or rank is None:
-            world, current = _distributed_defaults()
-            num_replicas = world if num_replicas is None else num_replicas
-            rank = current if rank is None else rank
-        if num_replicas < 1 or not 0 <= rank < num_replicas:
-            raise UsageError(f"invalid rank {rank} for num_replicas {num_replicas}")
+        num_replicas, rank = replica_and_rank(num_replicas, rank)
         if shards_per_window is not None and shards_per_window < 1:
             raise UsageError("shards_per_window must be at least 1 (or None for a full permutation)")
         if int(seed) < 0:
@@ -131,6 +126,18 @@ def _windowed_order(shards: np.ndarray, per_window: int, seed: Any) -> np.ndarra
     sample_rank = np.empty(len(shards), dtype=np.int64)
     sample_rank[seeded_permutation(len(shards), (*seed, 2))] = np.arange(len(shards), dtype=np.int64)
     return np.lexsort((sample_rank, shard_rank[shards] // per_window)).astype(np.int64)
+
+
+def replica_and_rank(num_replicas: Optional[int], rank: Optional[int]) -> "tuple[int, int]":
+    """(num_replicas, rank): the given ones, the rest from torch.distributed when it is initialised
+    (else one replica, rank 0); UsageError for a rank outside [0, num_replicas)."""
+    if num_replicas is None or rank is None:
+        world, current = _distributed_defaults()
+        num_replicas = world if num_replicas is None else num_replicas
+        rank = current if rank is None else rank
+    if num_replicas < 1 or not 0 <= rank < num_replicas:
+        raise UsageError(f"invalid rank {rank} for num_replicas {num_replicas}")
+    return num_replicas, rank
 
 
 def _distributed_defaults() -> "tuple[int, int]":

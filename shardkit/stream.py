@@ -29,7 +29,7 @@ import torch.utils.data
 
 from .dataset import open_dataset
 from .errors import UsageError
-from .sampler import _distributed_defaults
+from .sampler import replica_and_rank
 
 Segment = Tuple[int, int]          # [start, stop) of global sample indices
 
@@ -40,12 +40,7 @@ class ShardStream(torch.utils.data.IterableDataset):
     def __init__(self, root: "str | os.PathLike[str]", *, shuffle: bool = True, seed: int = 0,
                  shuffle_buffer: int = 1024, batch_size: int = 1, num_replicas: Optional[int] = None,
                  rank: Optional[int] = None, drop_last: bool = False, **dataset_options: Any) -> None:
-        if num_replicas is None or rank is None:
-            world, current = _distributed_defaults()
-            num_replicas = world if num_replicas is None else num_replicas
-            rank = current if rank is None else rank
-        if num_replicas < 1 or not 0 <= rank < num_replicas:
-            raise UsageError(f"invalid rank {rank} for num_replicas {num_replicas}")
+        num_replicas, rank = replica_and_rank(num_replicas, rank)
         if shuffle_buffer < 1 or batch_size < 1:
             raise UsageError("shuffle_buffer and batch_size must be at least 1")
         self.dataset = open_dataset(root, **dataset_options)
