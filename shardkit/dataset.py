@@ -206,11 +206,14 @@ class ShardDataset(torch.utils.data.Dataset):
 
     def read_encoded(self, index: Any) -> Encoded:
         """The stored record of a global index (CRC checked when verify_checksums)."""
-        index = sample_index(index, self._length)
+        return self._read(sample_index(index, self._length))
+
+    def _read(self, index: int) -> Encoded:
+        """read_encoded for an index already checked by sample_index (the per-sample path)."""
         shard, local = self.locate(index)
         reader = self.reader(shard)
         path = self._paths[shard]
-        where = {"shard": self.manifest.shards[shard].path, "global_index": index}
+        where: Dict[str, Any] = {"shard": self.manifest.shards[shard].path, "global_index": index}
         try:
             encoded = reader.read(local)
         except CorruptSampleError as exc:      # found inside the format: add what only the dataset knows
@@ -229,7 +232,7 @@ class ShardDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, index: Any) -> Any:
         index = sample_index(index, self._length)
-        return self.finish(self.read_encoded(index), index)
+        return self.finish(self._read(index), index)
 
     def finish(self, encoded: Encoded, index: Optional[int] = None) -> Any:
         """A stored record as __getitem__ returns it: decoded, transformed, with its label (and its
