@@ -3,31 +3,28 @@ from __future__ import annotations
 
 import bisect
 import os
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch.utils.data
 
 from .codecs.decode import make_decoder
-from .errors import CorruptSampleError, CorruptShardError, ManifestError, UsageError
-from .formats import get_format
-from .formats.base import ShardReader
-from .handles import HANDLES
+from .errors import CorruptShardError, UsageError
+from .formats import SampleChecks, ShardReader, check_version, get_format, open_checked
+from .handles import ShardHandles, default_max_open_shards
+from .openfiles import OPEN_FILES
 from .integrity import hash_file
 from .manifest import Manifest, load_manifest
 from .records import Encoded
 
 
-#: What a format's library may raise on a damaged file that its own checks did not catch;
-#: the read side reports it as CorruptShardError / CorruptSampleError, never as itself.
-_READ_FAILURES = (OSError, ValueError, KeyError, IndexError, RuntimeError, TypeError, EOFError)
-
-
 class ShardDataset(torch.utils.data.Dataset):
     """Random access to every sample of a shardkit dataset: ds[i] -> (sample, label) or sample.
 
-    File handles are opened lazily per process and kept in a bounded LRU, so the dataset
-    pickles without them and works in DataLoader workers under fork and spawn.
+    File handles are opened lazily per process and kept in a bounded LRU of this dataset's own
+    (`max_open_shards`, default from the process's descriptor and map limits), so the dataset
+    pickles without them and works in DataLoader workers under fork and spawn. `close()` (or a
+    `with` block) releases them; reading again afterwards reopens lazily.
     """
 
     format_name: Optional[str] = None
@@ -35,17 +32,18 @@ class ShardDataset(torch.utils.data.Dataset):
     def __init__(self, root: "str | os.PathLike[str]", decode: Optional[str] = "pil",
                  transform: Optional[Callable[[Any], Any]] = None,
                  target_transform: Optional[Callable[[Any], Any]] = None,
-                 verify_checksums: "bool | str" = False, max_open_shards: int = 128, as_dict: bool = False,
+                 verify_checksums: "bool | str" = False, max_open_shards: Optional[int] = None,
+                 as_dict: bool = False,
                  **format_options: Any) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self.manifest: Manifest = load_manifest(self.root)
         if self.format_name is not None and self.manifest.format_name != self.format_name:
             raise UsageError(f"{self.root}: holds {self.manifest.format_name} shards, not {self.format_name}; "
                              "use shardkit.open_dataset to pick the right reader", path=self.root)
-        fmt = get_format(self.manifest.format_name)
-        if self.manifest.format_version > fmt.version:
-            raise ManifestError(f"{self.root}: {fmt.name} format version {self.manifest.format_version} is newer "
-                                f"than this shardkit reads ({fmt.version}); upgrade shardkit", path=self.root)
+        self._format = get_format(self.manifest.format_name)
+        check_version(self._format, self.manifest.format_version, self.root)
+        if max_open_shards is None:
+            max_open_shards = default_max_open_shards()
         if max_open_shards < 1:
             raise UsageError("max_open_shards must be at least 1")
         if verify_checksums not in (False, True, "full"):
@@ -56,12 +54,15 @@ class ShardDataset(torch.utils.data.Dataset):
         self.verify_checksums = verify_checksums
         self.max_open_shards = max_open_shards
         self._format_options: Dict[str, Any] = {**self.manifest.format_options, **format_options}
+        self._options_key = (self._format.name, repr(sorted(self._format_options.items())),
+                             repr(self.manifest.schema.to_dict()))
         self.as_dict = as_dict
         self._decoder = self._make_decoder()
         self._labeled = self.manifest.schema.labeled
-        self._classes = len(self.manifest.classes) if self._labeled else 0
+        self._checks = SampleChecks(len(self.manifest.classes) if self._labeled else 0, bool(verify_checksums))
         shards = self.manifest.shards
-        self._paths: List[str] = [os.path.join(self.root, entry.path) for entry in shards]
+        self._names: List[str] = [entry.path for entry in shards]
+        self._paths: List[str] = [os.path.join(self.root, name) for name in self._names]
         self._sizes = np.array([entry.size for entry in shards], dtype=np.int64)
         self._counts = np.array([entry.num_samples for entry in shards], dtype=np.int64)
         #: shard_starts[k] is the global index of shard k's first sample; the last entry is len(self).
@@ -69,9 +70,7 @@ class ShardDataset(torch.utils.data.Dataset):
         np.cumsum(self._counts, out=self.shard_starts[1:])
         self._starts: List[int] = self.shard_starts.tolist()   # one per shard; bisect on a list is fast
         self._length = int(self.shard_starts[-1])
-        # Readers got from HANDLES while its generation was _known_generation: all still open.
-        self._known: Dict[int, ShardReader] = {}
-        self._known_generation = -1
+        self._handles = ShardHandles(max_open_shards)
         self._hashed: set = set()    # (pid, shard) whose sha256 matched (verify_checksums="full")
 
     # ---- metadata ----------------------------------------------------------------
@@ -129,18 +128,15 @@ class ShardDataset(torch.utils.data.Dataset):
 
     def reader(self, shard: int) -> ShardReader:
         """The open reader of a shard (opened in this process on first use)."""
-        generation = HANDLES.generation
-        if self._known_generation != generation:    # HANDLES closed a reader or the process changed
-            self._known = {}
-            self._known_generation = generation
-        reader = self._known.get(shard)
-        if reader is None:
-            if self.verify_checksums == "full":
-                self._check_sha256_once(shard)
-            reader = HANDLES.get(self._paths[shard], lambda: self._open(shard), self.max_open_shards)
-            if HANDLES.generation == generation:
-                self._known[shard] = reader
-        return reader
+        handles = self._handles
+        reader = handles.ready.get(shard)
+        if reader is not None and handles.generation == OPEN_FILES.generation:
+            if len(handles.ready) >= handles.capacity:     # order matters only once something must go
+                handles.ready.move_to_end(shard)
+            return reader
+        if self.verify_checksums == "full":
+            self._check_sha256_once(shard)
+        return handles.get(shard, self._paths[shard], self._options_key, lambda: self._open(shard))
 
     def _check_sha256_once(self, shard: int) -> None:
         """verify_checksums="full": hash each shard once per process, even when another dataset of
@@ -159,52 +155,52 @@ class ShardDataset(torch.utils.data.Dataset):
         self._hashed.add(key)
 
     def _open(self, shard: int) -> ShardReader:
-        path = self._paths[shard]
-        try:
-            size = os.path.getsize(path)
-        except OSError:
-            raise CorruptShardError(f"{path}: shard {shard} is missing", path=path) from None
-        if size != self._sizes[shard]:
-            raise CorruptShardError(f"{path}: shard {shard} has {size} bytes, manifest says {self._sizes[shard]} "
-                                    "(truncated or replaced)", path=path)
-        fmt = get_format(self.manifest.format_name)
-        try:
-            reader = fmt.open_reader(path, self.manifest.schema, self._format_options)
-        except CorruptShardError:
-            raise
-        except _READ_FAILURES as exc:
-            raise CorruptShardError(f"{path}: shard {shard} cannot be opened ({type(exc).__name__}: {exc})",
-                                    path=path) from None
-        if len(reader) != self._counts[shard]:
-            reader.close()
-            raise CorruptShardError(f"{path}: shard {shard} holds {len(reader)} samples, manifest says "
-                                    f"{self._counts[shard]}", path=path)
-        return reader
+        return open_checked(self._format, self._paths[shard], self.manifest.schema, self._format_options,
+                            size=int(self._sizes[shard]), count=int(self._counts[shard]), name=f"shard {shard}")
 
     def read_encoded(self, index: int) -> Encoded:
-        """The stored record of a global index (CRC checked when verify_checksums)."""
+        """The stored record of a global index (CRC and label range checked when verify_checksums)."""
         shard, local = self.locate(index)
-        reader = self.reader(shard)
-        path = self._paths[shard]
-        try:
-            encoded = reader.read(local)
-        except CorruptShardError:
-            raise
-        except _READ_FAILURES as exc:
-            raise CorruptSampleError(f"{path}: sample {local} (global index {index}) cannot be read "
-                                     f"({type(exc).__name__}: {exc})", path=path,
-                                     shard=self.manifest.shards[shard].path, index=local) from None
-        if self.verify_checksums and not encoded.crc_ok():
-            raise CorruptSampleError(f"{path}: sample {local} (global index {index}) fails its CRC32 check",
-                                     path=path, shard=self.manifest.shards[shard].path, index=local)
-        if self.verify_checksums and self._classes and not 0 <= encoded.label < self._classes:
-            raise CorruptSampleError(f"{path}: sample {local} (global index {index}) has label {encoded.label}, "
-                                     f"outside the {self._classes} classes", path=path,
-                                     shard=self.manifest.shards[shard].path, index=local)
-        return encoded
+        return self._checks.read(self.reader(shard), self._paths[shard], self._names[shard], local, index)
+
+    def read_encoded_many(self, indices: Sequence[int]) -> List[Encoded]:
+        """The stored records of global indices, in their order: one backend pass per shard."""
+        wanted = np.asarray(indices)
+        if wanted.dtype.kind not in "iu" and wanted.size:
+            raise TypeError(f"indices must be integers, not {wanted.dtype}")
+        wanted = wanted.astype(np.int64, copy=False).reshape(-1)
+        wanted = np.where(wanted < 0, wanted + self._length, wanted)
+        bad = (wanted < 0) | (wanted >= self._length)
+        if bad.any():
+            raise IndexError(f"index {int(np.asarray(indices).reshape(-1)[bad][0])} out of range for dataset of "
+                             f"{self._length} samples")
+        shards = np.searchsorted(self.shard_starts, wanted, side="right") - 1
+        groups: Dict[int, List[int]] = {}
+        for position, shard in enumerate(shards.tolist()):
+            groups.setdefault(shard, []).append(position)
+        globals_ = wanted.tolist()
+        out: List[Any] = [None] * len(globals_)
+        for shard, positions in groups.items():
+            reader, path, name, start = self.reader(shard), self._paths[shard], self._names[shard], self._starts[shard]
+            if len(positions) == 1:
+                index = globals_[positions[0]]
+                out[positions[0]] = self._checks.read(reader, path, name, index - start, index)
+                continue
+            picked = [globals_[position] for position in positions]
+            encoded = self._checks.read_many(reader, path, name, [index - start for index in picked], picked)
+            for position, one in zip(positions, encoded):
+                out[position] = one
+        return out
 
     def __getitem__(self, index: int) -> Any:
-        encoded = self.read_encoded(index)
+        return self._sample(self.read_encoded(index))
+
+    def __getitems__(self, indices: Sequence[int]) -> List[Any]:
+        """A batch of samples in the order asked: DataLoader calls this with a whole batch, and
+        each shard is read in one pass (decode and transforms still run per sample)."""
+        return [self._sample(encoded) for encoded in self.read_encoded_many(indices)]
+
+    def _sample(self, encoded: Encoded) -> Any:
         sample = self._decoder(encoded.payload)
         if self.as_dict:
             return self._as_dict(sample, encoded.label)
@@ -230,10 +226,20 @@ class ShardDataset(torch.utils.data.Dataset):
             return np.zeros(0, dtype=np.int64)
         return np.concatenate([self.reader(shard).labels() for shard in range(len(self._paths))])
 
+    def close(self) -> None:
+        """Release this dataset's shard handles (a file other datasets still use stays open)."""
+        self._handles.close()
+
+    def __enter__(self) -> "ShardDataset":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
-        state.pop("_decoder", None)     # rebuilt on unpickling; handles live in HANDLES, not here
-        state["_known"], state["_known_generation"] = {}, -1
+        state.pop("_decoder", None)     # rebuilt on unpickling
+        state["_handles"] = ShardHandles(self.max_open_shards)      # handles never cross processes
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:

@@ -10,15 +10,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .codecs.decode import check_payload_decodes
-from .errors import CorruptShardError, ManifestError, SampleError, UsageError
-from .formats import get_format
+from .errors import CorruptSampleError, CorruptShardError, ManifestError, SampleError, UsageError
+from .formats import SampleChecks, check_size, get_format, open_unchecked, version_problem
 from .integrity import hash_file
 from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, ShardEntry, canonical_bytes, load_manifest
 from .progress import Progress
 
 MODES = ("quick", "full", "deep")
-#: What a format's library may raise on a damaged file; reported as a problem, never raised.
-_READ_FAILURES = (OSError, ValueError, KeyError, IndexError, RuntimeError, TypeError, EOFError)
 
 
 @dataclass(frozen=True)
@@ -97,10 +95,8 @@ def _unreadable_format(dst: str, manifest: Manifest) -> Optional[Problem]:
         fmt = get_format(manifest.format_name)
     except UsageError as exc:
         return Problem("manifest", f"{path}: {exc}")
-    if manifest.format_version > fmt.version:
-        return Problem("manifest", f"{path}: {fmt.name} format version {manifest.format_version} is newer than "
-                                   f"this shardkit reads ({fmt.version}); upgrade shardkit")
-    return None
+    problem = version_problem(fmt, manifest.format_version)
+    return Problem("manifest", f"{path}: {problem}") if problem else None
 
 
 def _edited_bytes(dst: str) -> List[Problem]:
@@ -138,24 +134,22 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
         problems.append(Problem(kind, f"{path}: {message}", shard=entry.path, index=index))
 
     try:
-        size = os.path.getsize(path)
-    except OSError:
-        problem("missing", "shard is missing")
-        return problems, 0
-    if size != entry.size:
-        problem("size", f"{size} bytes, manifest says {entry.size} (truncated, extended or replaced)")
-    if mode in ("full", "deep") and size == entry.size and hash_file(path) != entry.sha256:
-        problem("checksum", "sha256 does not match the manifest (the file's bytes changed)")
-    fmt = get_format(manifest.format_name)
-    try:
-        reader = fmt.open_reader(path, manifest.schema, manifest.format_options)
+        check_size(path, entry.size, "shard")
     except CorruptShardError as exc:
-        problem("structure", str(exc).replace(f"{path}: ", "", 1))
+        missing = not os.path.exists(path)
+        problem("missing" if missing else "size", str(exc).replace(f"{path}: shard ", "", 1))
+        if missing:
+            return problems, 0
+    else:
+        if mode in ("full", "deep") and hash_file(path) != entry.sha256:
+            problem("checksum", "sha256 does not match the manifest (the file's bytes changed)")
+    try:
+        reader = open_unchecked(get_format(manifest.format_name), path, manifest.schema, manifest.format_options,
+                                "shard")
+    except CorruptShardError as exc:
+        problem("structure", str(exc).replace(f"{path}: ", "", 1).replace("shard cannot", "cannot", 1))
         return problems, 0
-    except _READ_FAILURES as exc:       # a library error the format's own checks did not catch
-        problem("structure", f"cannot be opened ({type(exc).__name__}: {exc})")
-        return problems, 0
-    classes = len(manifest.classes) if manifest.schema.labeled else 0
+    checks = SampleChecks(len(manifest.classes) if manifest.schema.labeled else 0, verify=True)
     samples = 0
     try:
         if len(reader) != entry.num_samples:
@@ -164,16 +158,10 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
             for index in range(len(reader)):
                 samples += 1
                 try:
-                    encoded = reader.read(index)
-                except _READ_FAILURES as exc:
-                    problem("sample", f"sample {index} cannot be read ({exc})", index)
+                    encoded = checks.read(reader, path, entry.path, index)
+                except CorruptSampleError as exc:
+                    problem("sample", str(exc).replace(f"{path}: ", "", 1), index)
                     continue
-                if not encoded.crc_ok():
-                    problem("sample", f"sample {index} fails its CRC32 check", index)
-                    continue
-                if classes and not 0 <= encoded.label < classes:
-                    problem("sample", f"sample {index} has label {encoded.label}, outside the {classes} classes",
-                            index)
                 try:
                     check_payload_decodes(manifest.schema, encoded.payload)
                 except SampleError as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 from array import array
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import h5py
 import numpy as np
@@ -156,6 +156,9 @@ def _create(handle: h5py.File, name: str, shape: tuple, dtype: Any, chunks: tupl
 class HDF5Reader(ShardReader):
     """Reads samples by index; uncompressed data is served zero-copy from an mmap.
 
+    An uncompressed shard is read through h5py only while it opens (structure checks, tables, chunk
+    addresses); then the HDF5 file is closed and the reader holds one descriptor, the map's.
+
     The file is untrusted: every dataset's type, shape and storage is checked before any of
     it is read, so crafted offsets, counts or sizes raise CorruptShardError instead of
     allocating what they claim (see _check_dataset).
@@ -174,6 +177,10 @@ class HDF5Reader(ShardReader):
         try:
             self._load_tables()
             self._map_chunks()
+            if self._flat is not None:
+                # Everything a read needs is mapped or in memory: the map's descriptor is the only one.
+                self._file.close()
+                self._file = self._data = None
         except CorruptShardError:
             self.close()
             raise
@@ -309,6 +316,29 @@ class HDF5Reader(ShardReader):
             else:
                 payload = self._pieces(begin, end)
         return Encoded(payload, int(self._labels[index]), int(self._crcs[index]))
+
+    def read_many(self, indices: Sequence[int]) -> List[Encoded]:
+        """Mapped bytes payloads as slices of the map, all located at once; else read() on each."""
+        if self._flat is None or self._offsets is None:
+            return super().read_many(indices)
+        wanted = np.asarray(indices, dtype=np.int64)
+        if len(wanted) and (wanted.min() < 0 or wanted.max() >= self._count):
+            bad = wanted[(wanted < 0) | (wanted >= self._count)][0]
+            raise IndexError(f"sample {bad} out of range for shard of {self._count}")
+        begins, ends = self._offsets[wanted], self._offsets[wanted + 1]
+        first = begins // self._chunk_bytes
+        last = np.maximum(begins, ends - 1) // self._chunk_bytes
+        runs = np.asarray(self._run)
+        shifts = np.asarray(self._shift, dtype=np.int64)[first]
+        whole = (runs[first] == runs[last]).tolist()
+        flat = self._flat
+        out = []
+        for begin, end, shift, one_run, label, crc in zip(begins.tolist(), ends.tolist(), shifts.tolist(), whole,
+                                                          self._labels[wanted].tolist(),
+                                                          self._crcs[wanted].tolist()):
+            payload = flat[shift + begin:shift + end] if one_run else self._pieces(begin, end)
+            out.append(Encoded(payload, label, crc))
+        return out
 
     def _pieces(self, begin: int, end: int) -> np.ndarray:
         """Logical bytes [begin, end) of the packed stream, copied from chunks not back to back."""

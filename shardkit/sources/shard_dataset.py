@@ -12,8 +12,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import CorruptShardError, UsageError
-from ..formats import ShardReader, get_format
+from ..errors import CorruptSampleError, UsageError
+from ..formats import SampleChecks, ShardReader, get_format, open_checked
 from ..manifest import Manifest, load_manifest
 from ..records import Encoded
 from .base import Converted, Outcome, Skipped, Source
@@ -33,6 +33,7 @@ class ShardDatasetSource(Source):
         self.manifest = manifest
         self.schema = manifest.schema
         self.classes = list(manifest.classes)
+        self._checks = SampleChecks(len(self.classes) if self.schema.labeled else 0, verify=True)
         counts = np.array([entry.num_samples for entry in manifest.shards], dtype=np.int64)
         self._starts = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=self._starts[1:])
@@ -122,31 +123,17 @@ class ShardDatasetSource(Source):
     # ---- helpers ------------------------------------------------------------------
     def _open(self, shard: int) -> ShardReader:
         entry = self.manifest.shards[shard]
-        path = os.path.join(self.root, entry.path)
-        try:
-            size = os.path.getsize(path)
-        except OSError:
-            raise CorruptShardError(f"{path}: source shard {shard} is missing", path=path) from None
-        if size != entry.size:
-            raise CorruptShardError(f"{path}: source shard {shard} has {size} bytes, its manifest says "
-                                    f"{entry.size} (truncated or replaced)", path=path)
-        fmt = get_format(self.manifest.format_name)
-        reader = fmt.open_reader(path, self.schema, self.manifest.format_options)
-        if len(reader) != entry.num_samples:
-            reader.close()
-            raise CorruptShardError(f"{path}: source shard {shard} holds {len(reader)} samples, its manifest "
-                                    f"says {entry.num_samples}", path=path)
-        return reader
+        return open_checked(get_format(self.manifest.format_name), os.path.join(self.root, entry.path), self.schema,
+                            self.manifest.format_options, size=entry.size, count=entry.num_samples,
+                            name=f"source shard {shard}")
 
     def _copy(self, reader: ShardReader, shard: int, local: int) -> Outcome:
         entry = self.manifest.shards[shard]
         try:
-            stored = reader.read(local)
-        except CorruptShardError as exc:
-            return Skipped(entry.path, f"sample {local} (index {entry.first_index + local}) cannot be read: "
-                                       f"{str(exc).replace(os.path.join(self.root, entry.path) + ': ', '')}")
-        if not stored.crc_ok():
-            return Skipped(entry.path, f"sample {local} (index {entry.first_index + local}) fails its CRC32 check")
+            stored = self._checks.read(reader, os.path.join(self.root, entry.path), entry.path, local)
+        except CorruptSampleError as exc:
+            problem = str(exc).replace(os.path.join(self.root, entry.path) + f": sample {local} ", "")
+            return Skipped(entry.path, f"sample {local} (index {entry.first_index + local}) {problem}")
         payload = stored.payload
         # Own the bytes: the reader is closed (and its file unmapped) once this shard is done.
         payload = np.array(payload, copy=True) if self.schema.is_array else bytes(payload)

@@ -1,0 +1,96 @@
+"""__getitems__: a whole batch in the order asked, one backend pass per shard, same samples as ds[i]."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, List
+
+import numpy as np
+import pytest
+import torch.utils.data
+
+import shardkit
+from shardkit.formats import SampleChecks, get_format
+from tests.conftest import image_files
+
+
+def _raw(sample: Any) -> Any:
+    payload, label = sample
+    return bytes(memoryview(payload)), label
+
+
+def test_batch_matches_single_reads_in_order(dataset_dir: Path, image_tree: Path) -> None:
+    files = image_files(image_tree)
+    with shardkit.open_dataset(dataset_dir, decode=None) as ds:
+        order = np.random.default_rng(1).permutation(len(ds)).tolist()
+        order += [order[0], -1, -len(ds), 17, 17]           # repeats and negative indices too
+        batch = ds.__getitems__(order)
+        assert [_raw(sample) for sample in batch] == [_raw(ds[index]) for index in order]
+        assert [bytes(memoryview(p)) for p, _ in batch[:5]] == \
+            [(image_tree / files[i]).read_bytes() for i in order[:5]]
+        assert ds.__getitems__([]) == []
+        assert [_raw(s) for s in ds.__getitems__(np.array([3, 2], dtype=np.int32))] == [_raw(ds[3]), _raw(ds[2])]
+
+
+def test_one_backend_pass_per_shard(dataset_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with shardkit.open_dataset(dataset_dir, decode=None) as ds:
+        calls: List[tuple] = []
+        one, many = SampleChecks.read, SampleChecks.read_many
+
+        def read(self: Any, reader: Any, path: str, shard: str, local: int, index: Any = None) -> Any:
+            calls.append((shard, [local]))
+            return one(self, reader, path, shard, local, index)
+
+        def read_many(self: Any, reader: Any, path: str, shard: str, locals_: Any, indices: Any) -> Any:
+            calls.append((shard, list(locals_)))
+            return many(self, reader, path, shard, locals_, indices)
+
+        monkeypatch.setattr(SampleChecks, "read", read)
+        monkeypatch.setattr(SampleChecks, "read_many", read_many)
+        starts = ds.shard_starts
+        order = [int(starts[2]) + 1, int(starts[0]), int(starts[2]), int(starts[5]) + 3, int(starts[0]) + 4]
+        batch = ds.__getitems__(order)
+        names = ds.manifest.shards
+        assert sorted(calls) == sorted([(names[2].path, [1, 0]), (names[0].path, [0, 4]), (names[5].path, [3])])
+        monkeypatch.undo()
+        assert [_raw(sample) for sample in batch] == [_raw(ds[index]) for index in order]
+
+
+def test_out_of_range_and_bad_types(dataset_dir: Path) -> None:
+    with shardkit.open_dataset(dataset_dir, decode=None) as ds:
+        with pytest.raises(IndexError, match=str(len(ds))):
+            ds.__getitems__([0, len(ds)])
+        with pytest.raises(IndexError):
+            ds.__getitems__([-len(ds) - 1])
+        with pytest.raises(TypeError):
+            ds.__getitems__([0.5])
+
+
+def test_decode_and_transforms_run_per_sample(dataset_dir: Path) -> None:
+    with shardkit.open_dataset(dataset_dir, transform=lambda image: image.size,
+                               target_transform=lambda label: -label) as ds:
+        order = [40, 3, 99, 3]
+        assert ds.__getitems__(order) == [ds[index] for index in order]
+
+
+def test_dataloader_uses_the_batched_path(dataset_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with shardkit.open_dataset(dataset_dir, decode=None) as ds:
+        expected = [_raw(ds[index]) for index in range(len(ds))]
+        batches = []
+        monkeypatch.setattr(type(ds), "__getitem__", None)              # only __getitems__ can serve it
+        loader = torch.utils.data.DataLoader(ds, batch_size=32, shuffle=True, collate_fn=lambda b: b,
+                                             generator=torch.Generator().manual_seed(0))
+        for batch in loader:
+            batches.extend(batch)
+        assert sorted(_raw(sample) for sample in batches) == sorted(expected)
+
+
+def test_every_format_reader_batches(dataset_dir: Path, fmt: str) -> None:
+    with shardkit.open_dataset(dataset_dir, decode=None) as ds:
+        reader = ds.reader(1)
+        assert ds.manifest.format_name == get_format(fmt).name
+        many = reader.read_many([4, 0, 4])
+        singles = [reader.read(i) for i in (4, 0, 4)]
+        assert [(bytes(memoryview(e.payload)), e.label, e.crc32) for e in many] == \
+            [(bytes(memoryview(e.payload)), e.label, e.crc32) for e in singles]
+        with pytest.raises(IndexError):
+            reader.read_many([0, len(reader)])
