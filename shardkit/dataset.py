@@ -33,10 +33,10 @@ class ShardDataset(torch.utils.data.Dataset):
                  transform: Optional[Callable[[Any], Any]] = None,
                  target_transform: Optional[Callable[[Any], Any]] = None,
                  verify_checksums: "bool | str" = False, max_open_shards: Optional[int] = None,
-                 as_dict: bool = False,
+                 as_dict: bool = False, _manifest: Optional[Manifest] = None,
                  **format_options: Any) -> None:
         self.root = os.path.abspath(os.fspath(root))
-        self.manifest: Manifest = load_manifest(self.root)
+        self.manifest: Manifest = _manifest if _manifest is not None else load_manifest(self.root)
         if self.format_name is not None and self.manifest.format_name != self.format_name:
             raise UsageError(f"{self.root}: holds {self.manifest.format_name} shards, not {self.format_name}; "
                              "use shardkit.open_dataset to pick the right reader", path=self.root)
@@ -62,7 +62,8 @@ class ShardDataset(torch.utils.data.Dataset):
         self._checks = SampleChecks(len(self.manifest.classes) if self._labeled else 0, bool(verify_checksums))
         shards = self.manifest.shards
         self._names: List[str] = [entry.path for entry in shards]
-        self._paths: List[str] = [os.path.join(self.root, name) for name in self._names]
+        prefix = os.path.join(self.root, "")
+        self._paths: List[str] = [prefix + name for name in self._names]    # names are checked relative paths
         self._sizes = np.array([entry.size for entry in shards], dtype=np.int64)
         self._counts = np.array([entry.num_samples for entry in shards], dtype=np.int64)
         #: shard_starts[k] is the global index of shard k's first sample; the last entry is len(self).
@@ -273,4 +274,4 @@ def open_dataset(root: "str | os.PathLike[str]", **kwargs: Any) -> ShardDataset:
     """Open DST with the Dataset class of the format its manifest names."""
     manifest = load_manifest(root)
     classes = {cls.format_name: cls for cls in ShardDataset.__subclasses__()}
-    return classes.get(manifest.format_name, ShardDataset)(root, **kwargs)
+    return classes.get(manifest.format_name, ShardDataset)(root, _manifest=manifest, **kwargs)
