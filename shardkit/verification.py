@@ -137,7 +137,7 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
         check_size(path, entry.size, "shard")
     except CorruptShardError as exc:
         missing = not os.path.exists(path)
-        problem("missing" if missing else "size", str(exc).replace(f"{path}: shard ", "", 1))
+        problem("missing" if missing else "size", str(exc).replace(f"{path}: ", "", 1))
         if missing:
             return problems, 0
     else:
