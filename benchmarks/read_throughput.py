@@ -3,7 +3,9 @@
 Contenders, each read through the same DataLoader(batch_size=256, num_workers=2,
 persistent_workers=True) in the same random order (one permutation, fixed seed):
 
-  shardkit-<fmt>  open_dataset(DST, decode=None): the stored JPEG bytes, nothing decoded
+  shardkit-<fmt>  open_dataset(DST, decode=None): the stored JPEG bytes, nothing decoded, read
+                  a batch at a time (the DataLoader calls ds.__getitems__ with each batch)
+  shardkit-<fmt> per-sample   the same with batching off (ds[i] once per sample)
   (a) paths       ImageFolder-style: open and read each source file by its path
   (b) mmap floor  a trivial Dataset returning slices of one memory-mapped file holding
                   the same bytes back to back: what the DataLoader itself can carry
@@ -83,6 +85,19 @@ class MmapFloor(torch.utils.data.Dataset):
 
     def __getstate__(self) -> Dict[str, Any]:
         return {**self.__dict__, "_map": None, "_pid": -1}
+
+
+class PerSample(torch.utils.data.Dataset):
+    """A shardkit dataset with batching off: the DataLoader calls ds[i] once per sample."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
 
 
 class FixedOrder(torch.utils.data.Sampler):
@@ -169,6 +184,8 @@ def contenders(floor: str, datasets: Dict[str, str], paths: List[str],
     for name, dst in datasets.items():
         made[f"shardkit-{name}"] = (lambda dst=dst: shardkit.open_dataset(dst, decode=None),
                                     shardkit.worker_init_fn)
+        made[f"shardkit-{name} per-sample"] = (lambda dst=dst: PerSample(shardkit.open_dataset(dst, decode=None)),
+                                               shardkit.worker_init_fn)
     made[PATHS] = (lambda: PathFiles(paths, labels), None)
     made[FLOOR] = (lambda: MmapFloor(floor, offsets, labels), None)
     probe = np.linspace(0, len(paths) - 1, num=min(len(paths), 25)).astype(int)

@@ -219,7 +219,8 @@ def _recommend(report: BenchReport) -> "tuple[Optional[int], str]":
     if workers:
         options += ", persistent_workers=True, worker_init_fn=shardkit.worker_init_fn"
     text = (f"DataLoader(ds, {options}, sampler=shardkit.ShardAwareSampler(ds)) "
-            f"at {choice.samples_per_s:,.0f} samples/s, {choice.mb_per_s:,.1f} MB/s")
+            f"at {choice.samples_per_s:,.0f} samples/s, {choice.mb_per_s:,.1f} MB/s, batched "
+            "(the DataLoader reads each batch with ds.__getitems__, one pass per shard: keep batch_size)")
     if choice.samples_per_s < best:
         text += f" (more workers gained under {GOOD_ENOUGH:.0%})"
     if workers > report.cpus:

@@ -4,34 +4,32 @@ from __future__ import annotations
 import bisect
 import operator
 import os
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch.utils.data
 
 from .codecs.decode import make_decoder
-from .errors import CorruptSampleError, CorruptShardError, ManifestError, UsageError
-from .formats import get_format
-from .formats.base import ShardReader
-from .handles import HANDLES
-from .integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
+from .errors import CorruptShardError, UsageError
+from .formats import SampleChecks, ShardReader, check_version, get_format, open_checked
+from .handles import ShardHandles, default_max_open_shards
+from .integrity import hash_shard_file
 from .manifest import Manifest, load_manifest
+from .openfiles import OPEN_FILES
 from .records import Encoded
 
-
-#: What a format's library may raise on a damaged file that its own checks did not catch;
-#: the read side reports it as CorruptShardError / CorruptSampleError, never as itself.
 #: The keywords of ShardDataset itself (suggested when a format option is misspelt).
 DATASET_OPTIONS = ("decode", "transform", "target_transform", "verify_checksums", "max_open_shards", "as_dict",
                    "return_key")
-_READ_FAILURES = (OSError, ValueError, KeyError, IndexError, RuntimeError, TypeError, EOFError)
 
 
 class ShardDataset(torch.utils.data.Dataset):
     """Random access to every sample of a shardkit dataset: ds[i] -> (sample, label) or sample.
 
-    File handles are opened lazily per process and kept in a bounded LRU, so the dataset
-    pickles without them and works in DataLoader workers under fork and spawn.
+    File handles are opened lazily per process and kept in a bounded LRU of this dataset's own
+    (`max_open_shards`, default from the process's descriptor and map limits), so the dataset
+    pickles without them and works in DataLoader workers under fork and spawn. `close()` (or a
+    `with` block) releases them; reading again afterwards reopens lazily.
     """
 
     format_name: Optional[str] = None
@@ -39,22 +37,24 @@ class ShardDataset(torch.utils.data.Dataset):
     def __init__(self, root: "str | os.PathLike[str]", decode: Optional[str] = "pil",
                  transform: Optional[Callable[[Any], Any]] = None,
                  target_transform: Optional[Callable[[Any], Any]] = None,
-                 verify_checksums: "bool | str" = False, max_open_shards: int = 128, as_dict: bool = False,
-                 return_key: bool = False, **format_options: Any) -> None:
+                 verify_checksums: "bool | str" = False, max_open_shards: Optional[int] = None,
+                 as_dict: bool = False, return_key: bool = False, _manifest: Optional[Manifest] = None,
+                 **format_options: Any) -> None:
         self.root = os.path.abspath(os.fspath(root))
-        self.manifest: Manifest = load_manifest(self.root)
+        self.manifest: Manifest = _manifest if _manifest is not None else load_manifest(self.root)
         if self.format_name is not None and self.manifest.format_name != self.format_name:
             raise UsageError(f"{self.root}: holds {self.manifest.format_name} shards, not {self.format_name}; "
                              "use shardkit.open_dataset to pick the right reader", path=self.root)
-        fmt = get_format(self.manifest.format_name)
-        if self.manifest.format_version > fmt.version:
-            raise ManifestError(f"{self.root}: {fmt.name} format version {self.manifest.format_version} is newer "
-                                f"than this shardkit reads ({fmt.version}); upgrade shardkit", path=self.root)
+        self._format = get_format(self.manifest.format_name)
+        fmt = self._format
+        check_version(fmt, self.manifest.format_version, self.root)
         fmt.reader_options.from_dict(format_options, f"open_dataset ({fmt.name})", also=DATASET_OPTIONS)
         if return_key and self.manifest.format_version < fmt.keys_since:
             raise UsageError(f"{self.root}: written with {fmt.name} format version {self.manifest.format_version}, "
                              f"before samples stored their keys; return_key needs version {fmt.keys_since} "
                              "(re-shard it: shardkit convert OLD NEW keys each sample by its index)", path=self.root)
+        if max_open_shards is None:
+            max_open_shards = default_max_open_shards()
         if max_open_shards < 1:
             raise UsageError("max_open_shards must be at least 1")
         if verify_checksums not in (False, True, "full"):
@@ -65,13 +65,17 @@ class ShardDataset(torch.utils.data.Dataset):
         self.verify_checksums = verify_checksums
         self.max_open_shards = max_open_shards
         self._format_options: Dict[str, Any] = {**self.manifest.format_options, **format_options}
+        self._options_key = (self._format.name, repr(sorted(self._format_options.items())),
+                             repr(self.manifest.schema.to_dict()))
         self.as_dict = as_dict
         self.return_key = return_key
         self._decoder = self._make_decoder()
         self._labeled = self.manifest.schema.labeled
-        self._classes = len(self.manifest.classes) if self._labeled else 0
+        self._checks = SampleChecks(len(self.manifest.classes) if self._labeled else 0, bool(verify_checksums))
         shards = self.manifest.shards
-        self._paths: List[str] = [os.path.join(self.root, entry.path) for entry in shards]
+        self._names: List[str] = [entry.path for entry in shards]
+        prefix = os.path.join(self.root, "")
+        self._paths: List[str] = [prefix + name for name in self._names]    # names are checked relative paths
         self._sizes = np.array([entry.size for entry in shards], dtype=np.int64)
         self._counts = np.array([entry.num_samples for entry in shards], dtype=np.int64)
         #: shard_starts[k] is the global index of shard k's first sample; the last entry is len(self).
@@ -79,9 +83,7 @@ class ShardDataset(torch.utils.data.Dataset):
         np.cumsum(self._counts, out=self.shard_starts[1:])
         self._starts: List[int] = self.shard_starts.tolist()   # one per shard; bisect on a list is fast
         self._length = int(self.shard_starts[-1])
-        # Readers got from HANDLES while its generation was _known_generation: all still open.
-        self._known: Dict[int, ShardReader] = {}
-        self._known_generation = -1
+        self._handles = ShardHandles(max_open_shards)
         self._hashed: set = set()    # (pid, shard) whose sha256 matched (verify_checksums="full")
 
     # ---- metadata ----------------------------------------------------------------
@@ -136,19 +138,20 @@ class ShardDataset(torch.utils.data.Dataset):
 
     def reader(self, shard: int) -> ShardReader:
         """The open reader of a shard (opened in this process on first use)."""
-        generation = HANDLES.generation
-        if self._known_generation != generation:    # HANDLES closed a reader or the process changed
-            self._known = {}
-            self._known_generation = generation
-        reader = self._known.get(shard)
-        if reader is None:
-            if self.verify_checksums == "full":
-                self._check_sha256_once(shard)
-            reader = HANDLES.get(self._paths[shard], lambda: self._open(shard), self.max_open_shards)
-            # Another dataset of the process may have opened the path after it was replaced.
+        handles = self._handles
+        reader = handles.ready.get(shard)
+        if reader is not None and handles.generation == OPEN_FILES.generation:
+            if len(handles.ready) >= handles.capacity:     # order matters only once something must go
+                handles.ready.move_to_end(shard)
+            return reader
+        if self.verify_checksums == "full":
+            self._check_sha256_once(shard)
+        reader = handles.get(shard, self._paths[shard], self._options_key, lambda: self._open(shard))
+        try:    # another dataset of the process may have opened the file (shared) after it was replaced
             self.manifest.check_identity(reader.dataset_id, self._paths[shard], shard)
-            if HANDLES.generation == generation:
-                self._known[shard] = reader
+        except CorruptShardError:
+            handles.discard(shard)
+            raise
         return reader
 
     def _check_sha256_once(self, shard: int) -> None:
@@ -169,70 +172,57 @@ class ShardDataset(torch.utils.data.Dataset):
         self._hashed.add(key)
 
     def _open(self, shard: int) -> ShardReader:
-        path = self._paths[shard]
-        try:
-            os.close(open_regular(path, self.root, int(self._sizes[shard])))
-        except WrongSize as exc:
-            raise CorruptShardError(f"{path}: shard {shard} has {exc.size} bytes, manifest says "
-                                    f"{self._sizes[shard]} (truncated or replaced)", path=path) from None
-        except NotAShardFile as exc:
-            raise CorruptShardError(f"{exc}; shard {shard} is read only as a regular file inside the dataset",
-                                    path=path) from None
-        except OSError:
-            raise CorruptShardError(f"{path}: shard {shard} is missing", path=path) from None
-        fmt = get_format(self.manifest.format_name)
-        try:
-            reader = fmt.open_reader(path, self.manifest.schema, self._format_options)
-        except CorruptShardError:
-            raise
-        except _READ_FAILURES as exc:
-            raise CorruptShardError(f"{path}: shard {shard} cannot be opened ({type(exc).__name__}: {exc})",
-                                    path=path) from None
-        try:
-            self.manifest.check_identity(reader.dataset_id, path, shard)
-            if len(reader) != self._counts[shard]:
-                raise CorruptShardError(f"{path}: shard {shard} holds {len(reader)} samples, manifest says "
-                                        f"{self._counts[shard]}", path=path)
-        except CorruptShardError:
-            reader.close()
-            raise
-        return reader
+        return open_checked(self._format, self.manifest, self.root, shard, self._format_options,
+                            path=self._paths[shard])
 
     def key(self, index: Any) -> Optional[str]:
         """The source key of a sample: its path relative to SRC (image trees), "file:row" (table
         rows); None for a dataset written before keys were stored (format version 1)."""
-        shard, local = self.locate(sample_index(index, self._length))
+        shard, local = self.locate(index)
         return self.reader(shard).key(local)
 
     def read_encoded(self, index: Any) -> Encoded:
-        """The stored record of a global index (CRC checked when verify_checksums)."""
+        """The stored record of a global index (CRC and label range checked when verify_checksums)."""
         return self._read(sample_index(index, self._length))
 
     def _read(self, index: int) -> Encoded:
         """read_encoded for an index already checked by sample_index (the per-sample path)."""
         shard, local = self.locate(index)
-        reader = self.reader(shard)
-        path = self._paths[shard]
-        where: Dict[str, Any] = {"shard": self.manifest.shards[shard].path, "global_index": index}
-        try:
-            encoded = reader.read(local)
-        except CorruptSampleError as exc:      # found inside the format: add what only the dataset knows
-            exc.shard, exc.global_index = where["shard"], index
-            raise
-        except CorruptShardError:
-            raise
-        except _READ_FAILURES as exc:
-            raise CorruptSampleError(path, local, f"cannot be read ({type(exc).__name__}: {exc})", **where) from None
-        if self.verify_checksums and not encoded.crc_ok():
-            raise CorruptSampleError(path, local, "fails its CRC32 check", **where)
-        if self.verify_checksums and self._classes and not 0 <= encoded.label < self._classes:
-            raise CorruptSampleError(path, local, f"has label {encoded.label}, outside the {self._classes} classes",
-                                     **where)
-        return encoded
+        return self._checks.read(self.reader(shard), self._paths[shard], self._names[shard], local, index)
+
+    def read_encoded_many(self, indices: Sequence[Any]) -> List[Encoded]:
+        """The stored records of global indices, in their order: one backend pass per shard."""
+        return self._read_many(sample_indices(indices, self._length))
+
+    def _read_many(self, wanted: np.ndarray) -> List[Encoded]:
+        """read_encoded_many for indices already checked by sample_indices."""
+        shards = np.searchsorted(self.shard_starts, wanted, side="right") - 1
+        groups: Dict[int, List[int]] = {}
+        for position, shard in enumerate(shards.tolist()):
+            groups.setdefault(shard, []).append(position)
+        globals_ = wanted.tolist()
+        out: List[Any] = [None] * len(globals_)
+        for shard, positions in groups.items():
+            reader, path, name, start = self.reader(shard), self._paths[shard], self._names[shard], self._starts[shard]
+            if len(positions) == 1:
+                index = globals_[positions[0]]
+                out[positions[0]] = self._checks.read(reader, path, name, index - start, index)
+                continue
+            picked = [globals_[position] for position in positions]
+            encoded = self._checks.read_many(reader, path, name, [index - start for index in picked], picked)
+            for position, one in zip(positions, encoded):
+                out[position] = one
+        return out
 
     def __getitem__(self, index: Any) -> Any:
         index = sample_index(index, self._length)
         return self.finish(self._read(index), index)
+
+    def __getitems__(self, indices: Sequence[Any]) -> List[Any]:
+        """A batch of samples in the order asked: DataLoader calls this with a whole batch, and
+        each shard is read in one pass (decode and transforms still run per sample)."""
+        wanted = sample_indices(indices, self._length)
+        return [self.finish(encoded, index) for encoded, index in zip(self._read_many(wanted), wanted.tolist())]
 
     def finish(self, encoded: Encoded, index: Optional[int] = None) -> Any:
         """A stored record as __getitem__ returns it: decoded, transformed, with its label (and its
@@ -265,10 +255,20 @@ class ShardDataset(torch.utils.data.Dataset):
             return np.zeros(0, dtype=np.int64)
         return np.concatenate([self.reader(shard).labels() for shard in range(len(self._paths))])
 
+    def close(self) -> None:
+        """Release this dataset's shard handles (a file other datasets still use stays open)."""
+        self._handles.close()
+
+    def __enter__(self) -> "ShardDataset":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
-        state.pop("_decoder", None)     # rebuilt on unpickling; handles live in HANDLES, not here
-        state["_known"], state["_known_generation"] = {}, -1
+        state.pop("_decoder", None)     # rebuilt on unpickling
+        state["_handles"] = ShardHandles(self.max_open_shards)      # handles never cross processes
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
@@ -313,6 +313,20 @@ def sample_index(index: Any, length: int) -> int:
     return position + length if position < 0 else position
 
 
+def sample_indices(indices: Sequence[Any], length: int) -> np.ndarray:
+    """Every index of a batch through sample_index's rules, as an int64 array in [0, length); a
+    1-D integer array or tensor is checked at once."""
+    if isinstance(indices, torch.Tensor):
+        indices = indices.numpy()
+    if isinstance(indices, np.ndarray) and indices.ndim == 1 and indices.dtype.kind in "iu":
+        wanted = indices.astype(np.int64)
+        bad = (wanted < -length) | (wanted >= length)
+        if bad.any():
+            raise IndexError(f"index {int(wanted[bad][0])} out of range for dataset of {length} samples")
+        return np.where(wanted < 0, wanted + length, wanted)
+    return np.fromiter((sample_index(index, length) for index in indices), dtype=np.int64)
+
+
 def open_dataset(root: "str | os.PathLike[str]", **kwargs: Any) -> ShardDataset:
     """Open DST with the Dataset class of the format its manifest names.
 
@@ -321,8 +335,9 @@ def open_dataset(root: "str | os.PathLike[str]", **kwargs: Any) -> ShardDataset:
         **kwargs: passed to the dataset class: `decode` ("pil", "numpy", "tensor" or None for the
             stored payload), `transform`, `target_transform`, `verify_checksums` (False, True for
             each sample's CRC32, or "full" to also hash each shard once per process),
-            `max_open_shards` (per-process LRU of open shards, default 128), `as_dict` (tabular
-            rows as dicts), and format options such as `readahead=False`.
+            `max_open_shards` (this dataset's shards kept open per process; default from the
+            process's descriptor and map limits), `as_dict` (tabular rows as dicts), `return_key`
+            (each sample also returns its source key), and format options such as `readahead=False`.
 
     Returns:
         An `HDF5Dataset`, `LMDBDataset` or `PTDataset`, all `torch.utils.data.Dataset`s.
@@ -333,4 +348,4 @@ def open_dataset(root: "str | os.PathLike[str]", **kwargs: Any) -> ShardDataset:
     """
     manifest = load_manifest(root)
     classes = {cls.format_name: cls for cls in ShardDataset.__subclasses__()}
-    return classes.get(manifest.format_name, ShardDataset)(root, **kwargs)
+    return classes.get(manifest.format_name, ShardDataset)(root, _manifest=manifest, **kwargs)

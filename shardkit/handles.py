@@ -1,81 +1,117 @@
-"""Per-process shard handles: a bounded LRU of open readers, shared by every dataset of a process.
+"""A dataset's ready shards: a bounded LRU of readers taken from the process's one registry.
 
-Handles never cross a fork: when the process id changes (a DataLoader worker, a fork, spawn)
-the cache starts empty, so each worker opens its own. LMDB forbids two handles on one
-environment in a process, which sharing them process-wide also satisfies.
+Readers live in `openfiles.OPEN_FILES`, keyed by file identity and the reader's options, so two
+datasets over the same files share one reader; each dataset keeps its own LRU of at most
+`max_open_shards` of them, and evicting from it releases only its own reference. Nothing
+crosses a fork: the registry's generation changes in a child, and every LRU then starts empty.
 """
 from __future__ import annotations
 
-import os
-import threading
 from collections import OrderedDict
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, Hashable, Tuple
 
 from .formats.base import ShardReader
+from .openfiles import OPEN_FILES, file_identity
+
+#: Kept free of shard descriptors and maps for the rest of the process (sockets, pipes, libraries).
+DESCRIPTOR_RESERVE = 256
+MAP_RESERVE = 1024
+#: Raising the soft descriptor limit goes no further than this (docs/formats.md).
+DESCRIPTOR_TARGET = 1 << 16
+#: The default budget never exceeds this many shards per dataset and process.
+MAX_DEFAULT_OPEN_SHARDS = 16384
+
+#: Backwards-compatible name: the process registry (close_all() closes every open shard).
+HANDLES = OPEN_FILES
 
 
-class HandleCache:
-    """LRU of open ShardReaders keyed by shard path, valid for one process id."""
+def _max_map_count() -> int:
+    try:
+        with open("/proc/sys/vm/max_map_count") as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return 65530
 
-    def __init__(self) -> None:
-        self._pid = os.getpid()
-        self._readers: "OrderedDict[str, ShardReader]" = OrderedDict()
-        self._inherited: List[Any] = []
-        self._lock = threading.RLock()
-        #: Changes whenever a reader handed out may have been closed or belong to another process,
-        #: so a caller may keep using the reader it got while the generation is unchanged.
-        self.generation = 0
 
-    def get(self, key: str, opener: Callable[[], ShardReader], capacity: int) -> ShardReader:
-        """The open reader for key, opening it (and closing the least recently used) if needed."""
-        with self._lock:
-            if self._pid != os.getpid():
-                self.reset()
-            reader = self._readers.get(key)
-            if reader is not None:
-                self._readers.move_to_end(key)
-                return reader
-            reader = opener()
-            self._readers[key] = reader
-            while len(self._readers) > max(1, capacity):
-                _, oldest = self._readers.popitem(last=False)
-                self.generation += 1
-                oldest.close()
+def default_max_open_shards() -> int:
+    """How many shards a dataset keeps ready in a process when not told: each holds at most one
+    descriptor and one map, so the budget follows RLIMIT_NOFILE (its soft limit raised toward the
+    hard one, at most to DESCRIPTOR_TARGET) and vm.max_map_count, leaving reserves for the rest."""
+    descriptors = DESCRIPTOR_TARGET
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = DESCRIPTOR_TARGET if hard == resource.RLIM_INFINITY else min(hard, DESCRIPTOR_TARGET)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+                soft = wanted
+            except (ValueError, OSError):
+                pass
+        if soft != resource.RLIM_INFINITY:
+            descriptors = soft
+    except ImportError:     # not a POSIX system
+        pass
+    maps = _max_map_count()
+    budget = min(descriptors - DESCRIPTOR_RESERVE, (maps - MAP_RESERVE) // 2, MAX_DEFAULT_OPEN_SHARDS)
+    return max(16, budget)
+
+
+class ShardHandles:
+    """One dataset's ready readers in this process, least recently used first, at most `capacity`."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.ready: "OrderedDict[int, ShardReader]" = OrderedDict()
+        self._keys: Dict[int, Hashable] = {}
+        self.generation = OPEN_FILES.generation
+
+    def get(self, shard: int, path: str, options_key: Hashable, opener: Callable[[], ShardReader]) -> ShardReader:
+        """The ready reader of a shard, opening (or sharing) it and releasing the least recently used."""
+        if self.generation != OPEN_FILES.generation:
+            self.forget()
+        reader = self.ready.get(shard)
+        if reader is not None:
+            self.ready.move_to_end(shard)
             return reader
+        try:
+            key: Tuple[Any, ...] = (*file_identity(path), options_key)
+        except OSError:
+            key = (path, options_key)       # opener() reports the missing file
+        reader = OPEN_FILES.acquire(key, opener)
+        if self.generation != OPEN_FILES.generation:     # acquire() noticed a fork
+            self.forget()
+        self.ready[shard] = reader
+        self._keys[shard] = key
+        while len(self.ready) > self.capacity:
+            oldest, evicted = self.ready.popitem(last=False)
+            OPEN_FILES.release(self._keys.pop(oldest), evicted)
+        return reader
 
-    def reset(self) -> None:
-        """Forget handles inherited from a parent process without touching them."""
-        with self._lock:
-            if self._pid != os.getpid():
-                # Closing a parent's handle in a child can disturb the parent (LMDB, HDF5):
-                # keep the objects alive and unused instead.
-                self._inherited.append(self._readers)
-            else:
-                for reader in self._readers.values():
-                    reader.close()
-            self._readers = OrderedDict()
-            self._pid = os.getpid()
-            self.generation += 1
+    def discard(self, shard: int) -> None:
+        """Release one shard's reader (one that failed a check must not stay ready)."""
+        reader = self.ready.pop(shard, None)
+        if reader is not None:
+            OPEN_FILES.release(self._keys.pop(shard), reader)
 
-    def _after_fork_in_child(self) -> None:
-        # A lock held by another thread at fork time would stay held in the child forever.
-        self._lock = threading.RLock()
-        self.generation += 1
+    def forget(self) -> None:
+        """Drop every reader without releasing it: the registry closed them or they are a parent's."""
+        self.ready = OrderedDict()
+        self._keys = {}
+        self.generation = OPEN_FILES.generation
 
-    def close_all(self) -> None:
-        """Close every handle this process opened."""
-        self.reset()
+    def close(self) -> None:
+        """Release every reader this dataset holds (the last user of a file closes it)."""
+        if self.generation == OPEN_FILES.generation:
+            for shard, reader in self.ready.items():
+                OPEN_FILES.release(self._keys[shard], reader)
+        self.forget()
 
     def __len__(self) -> int:
-        return len(self._readers) if self._pid == os.getpid() else 0
-
-
-HANDLES = HandleCache()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=HANDLES._after_fork_in_child)
+        return len(self.ready) if self.generation == OPEN_FILES.generation else 0
 
 
 def worker_init_fn(worker_id: int) -> None:
     """DataLoader worker_init_fn: drop any handle the worker inherited; it opens its own lazily."""
-    if HANDLES._pid != os.getpid():
-        HANDLES.reset()
+    del worker_id
+    len(OPEN_FILES)     # notices the new process id and forgets the parent's objects

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -52,8 +53,14 @@ class ShardEntry:
         return entry
 
 
+#: A plain file name directly inside shards/: safe without normalising (the common case, fast).
+_PLAIN_SHARD_PATH = re.compile(SHARDS_DIR + r"/(?!\.\.?\Z)[^/\\:]+\Z")
+
+
 def check_relative_path(path: str) -> None:
     """Refuse shard paths that could point outside DST (absolute, '..', backslashes)."""
+    if _PLAIN_SHARD_PATH.match(path):
+        return
     norm = posixpath.normpath(path)
     if (not path or path.startswith("/") or "\\" in path or ":" in path
             or norm.startswith("..") or norm != path or not norm.startswith(SHARDS_DIR + "/")):

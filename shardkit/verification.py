@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .codecs.decode import check_payload_decodes
 from .errors import CorruptSampleError, CorruptShardError, ManifestError, SampleError, UsageError
-from .formats import get_format
+from .formats import READ_FAILURES, get_format
 from .integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
 from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, ShardEntry, load_manifest
 from .progress import Progress
@@ -18,7 +18,7 @@ from .workers import default_workers, run_in_workers
 
 MODES = ("quick", "full", "deep")
 #: What a format's library may raise on a damaged file; reported as a problem, never raised.
-_READ_FAILURES = (OSError, ValueError, KeyError, IndexError, RuntimeError, TypeError, EOFError)
+_READ_FAILURES = READ_FAILURES
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import abc
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type
 
 import numpy as np
 
@@ -75,6 +75,11 @@ class ShardReader(abc.ABC):
     @abc.abstractmethod
     def read(self, index: int) -> Encoded:
         """Sample at local index: payload as stored, label, stored CRC32."""
+
+    def read_many(self, indices: Sequence[int]) -> List[Encoded]:
+        """Samples at local indices, in that order, in one pass (a format may do it faster than
+        read() on each, with the same checks and the same results)."""
+        return [self.read(index) for index in indices]
 
     @abc.abstractmethod
     def labels(self) -> np.ndarray:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import mmap
 import os
 from array import array
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import h5py
 import numpy as np
@@ -225,6 +225,9 @@ def _check_storage(name: str, dsid: Any) -> None:
 class HDF5Reader(ShardReader):
     """Reads samples by index; uncompressed data is served zero-copy from an mmap.
 
+    An uncompressed shard is read through h5py only while it opens (structure checks, tables, chunk
+    addresses); then the HDF5 file is closed and the reader holds one descriptor, the map's.
+
     The file is untrusted: every dataset's type, shape and storage is checked before any of
     it is read, so crafted offsets, counts or sizes raise CorruptShardError instead of
     allocating what they claim (see _check_dataset).
@@ -236,6 +239,8 @@ class HDF5Reader(ShardReader):
         self._readahead = readahead
         self._flat: Optional[np.ndarray] = None
         self._mmap: Optional[mmap.mmap] = None
+        self._data: Any = None          # the h5py dataset of the payloads (None once mapped and closed)
+        self._key_datasets: Tuple[Any, ...] = ()
         disable_filter_plugins()
         try:
             # locking=False: shards are immutable once renamed into place, and NFS/Lustre mounts
@@ -252,6 +257,10 @@ class HDF5Reader(ShardReader):
         try:
             self._load_tables()
             self._map_chunks()
+            if self._flat is not None and self._map_keys():
+                # Everything a read needs is mapped or in memory: the map's descriptor is the only one.
+                self._file.close()
+                self._file = self._data = None
         except CorruptShardError:
             self.close()
             raise
@@ -296,6 +305,7 @@ class HDF5Reader(ShardReader):
                 raise self._corrupt("no dataset_id attribute")
             key_data = self._check_dataset("keys", "u", 1, file_size)
             key_blocks = self._check_dataset("key_blocks", "i", 1, file_size)
+            self._key_datasets = (key_data, key_blocks)
             self._keys = KeyTable(self._path, self._count, lambda: key_blocks[()],
                                   lambda begin, end: key_data[begin:end].tobytes())
         self._offsets = None if offsets is None else np.asarray(offsets[()], dtype=np.int64)
@@ -376,6 +386,30 @@ class HDF5Reader(ShardReader):
         self._shift = (where - np.arange(count, dtype=np.int64) * chunk_bytes).tolist()
         self._run = np.concatenate([[0], np.cumsum(np.diff(where) != chunk_bytes)]).tolist()
 
+    def _map_keys(self) -> bool:
+        """Point the key table at the map (so h5py may close); False when a key dataset is not
+        stored contiguously inside the file (then h5py stays open to read it)."""
+        if self._keys is None:
+            return True
+        key_data, key_blocks = (self._mapped(dset) for dset in self._key_datasets)
+        if key_data is None or key_blocks is None:
+            return False
+        self._keys = KeyTable(self._path, self._count, lambda: key_blocks,
+                              lambda begin, end: key_data[begin:end].tobytes())
+        self._key_datasets = ()
+        return True
+
+    def _mapped(self, dset: h5py.Dataset) -> Optional[np.ndarray]:
+        """A contiguous, unfiltered 1-D dataset as a read-only view of the map, or None."""
+        if dset.size == 0:
+            return np.zeros(0, dtype=dset.dtype)
+        offset = dset.id.get_offset() if dset.chunks is None else None
+        nbytes = int(dset.size) * dset.dtype.itemsize
+        assert self._flat is not None
+        if offset is None or offset + nbytes > len(self._flat):
+            return None
+        return self._flat[offset:offset + nbytes].view(dset.dtype)
+
     def __len__(self) -> int:
         return self._count
 
@@ -399,6 +433,29 @@ class HDF5Reader(ShardReader):
                 payload = self._pieces(begin, end)
         return Encoded(payload, int(self._labels[index]), int(self._crcs[index]))
 
+    def read_many(self, indices: Sequence[int]) -> List[Encoded]:
+        """Mapped bytes payloads as slices of the map, all located at once; else read() on each."""
+        if self._flat is None or self._offsets is None:
+            return super().read_many(indices)
+        wanted = np.asarray(indices, dtype=np.int64)
+        if len(wanted) and (wanted.min() < 0 or wanted.max() >= self._count):
+            bad = wanted[(wanted < 0) | (wanted >= self._count)][0]
+            raise IndexError(f"sample {bad} out of range for shard of {self._count}")
+        begins, ends = self._offsets[wanted], self._offsets[wanted + 1]
+        first = begins // self._chunk_bytes
+        last = np.maximum(begins, ends - 1) // self._chunk_bytes
+        runs = np.asarray(self._run)
+        shifts = np.asarray(self._shift, dtype=np.int64)[first]
+        whole = (runs[first] == runs[last]).tolist()
+        flat = self._flat
+        out = []
+        for begin, end, shift, one_run, label, crc in zip(begins.tolist(), ends.tolist(), shifts.tolist(), whole,
+                                                          self._labels[wanted].tolist(),
+                                                          self._crcs[wanted].tolist()):
+            payload = flat[shift + begin:shift + end] if one_run else self._pieces(begin, end)
+            out.append(Encoded(payload, label, crc))
+        return out
+
     def _pieces(self, begin: int, end: int) -> np.ndarray:
         """Logical bytes [begin, end) of the packed stream, copied from chunks not back to back."""
         size = self._chunk_bytes
@@ -417,6 +474,7 @@ class HDF5Reader(ShardReader):
 
     def close(self) -> None:
         self._flat = None
+        self._keys = None           # its views of the map would keep the map open
         if self._mmap is not None:
             try:
                 self._mmap.close()

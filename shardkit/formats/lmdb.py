@@ -11,9 +11,10 @@ Layout (formats/lmdb.md is the byte-level contract):
                              compression, num_samples, rows_per_block, dataset_id
 Keys sort in sample order, so the writer appends; no pickle anywhere.
 
-LMDB forbids two handles on one environment in a process, so readers of the same file share
-one read-only environment (reference counted); an environment inherited over fork is closed in
-the child before the child opens its own (read-only and lock-free, that touches only the child).
+py-lmdb allows one environment per file and process, so readers of the same file share one
+read-only environment through the process's registry (openfiles.py, reference counted); an
+environment inherited over fork is closed in the child before the child opens its own
+(read-only and lock-free, that touches only the child).
 """
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import lmdb
 import numpy as np
 
-from ..errors import CorruptSampleError, CorruptShardError
+from ..errors import CorruptSampleError, CorruptShardError, UsageError
 from ..integrity import fsync_path
+from ..openfiles import OPEN_FILES
 from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
 from .base import ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
@@ -225,71 +227,49 @@ class _SharedEnv:
     def __init__(self, env: lmdb.Environment, readahead: bool) -> None:
         self.env = env
         self.txn = env.begin(buffers=True)
-        self.pid = os.getpid()
         self.readahead = readahead
-        self.users = 0
         self.lock = threading.Lock()
 
-    def close(self, inherited: bool = False) -> None:
-        """Close the environment (and its transaction). An environment inherited over fork is
-        closed without its lock, which a thread of the parent may have held at the fork."""
-        if not inherited:
-            with self.lock:
-                self.close(inherited=True)
-            return
+    def close(self) -> None:
+        """Close the environment (and its transaction)."""
+        with self.lock:
+            self.close_inherited()
+
+    def close_inherited(self) -> None:
+        """Close an environment inherited over fork: unmaps the child's copy only, and skips the
+        lock, which a thread of the parent may have held at the fork."""
         try:
             self.env.close()
         except lmdb.Error:
             pass
 
 
-_ENVS: Dict[Tuple[int, int], _SharedEnv] = {}
-_ENVS_LOCK = threading.Lock()
-
-
-def _new_lock_after_fork() -> None:
-    global _ENVS_LOCK
-    _ENVS_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_after_fork)
-
-
-def _acquire(path: str, readahead: bool) -> Tuple[Tuple[int, int], _SharedEnv]:
-    """The process's environment for the file at path (opened on first use)."""
+def _acquire(path: str, readahead: bool) -> Tuple[Tuple[Any, ...], _SharedEnv]:
+    """The process's environment for the file at path (opened on first use; py-lmdb allows one
+    environment per file and process, so every reader of the file shares it)."""
     try:
         stat = os.stat(path)
     except OSError as exc:
         raise CorruptShardError(f"{path}: cannot open LMDB shard ({exc.strerror})", path=path) from None
     if stat.st_size == 0:
         raise CorruptShardError(f"{path}: not a readable LMDB shard (empty file)", path=path)
-    key = (stat.st_dev, stat.st_ino)
-    with _ENVS_LOCK:
-        pid = os.getpid()
-        for other, shared in list(_ENVS.items()):
-            if shared.pid != pid:      # inherited over fork: unmaps the child's copy only
-                shared.close(inherited=True)
-                del _ENVS[other]
-        shared = _ENVS.get(key)
-        if shared is None:
-            try:
-                env = lmdb.open(path, subdir=False, readonly=True, lock=False, meminit=False, create=False,
-                                readahead=readahead, max_readers=MAX_READERS, max_dbs=0)
-            except lmdb.Error as exc:
-                raise CorruptShardError(f"{path}: not a readable LMDB shard ({_short(exc, path)})",
-                                        path=path) from None
-            shared = _ENVS[key] = _SharedEnv(env, readahead)
-        shared.users += 1
-        return key, shared
+    key = (stat.st_dev, stat.st_ino, "lmdb-env")
 
+    def opener() -> _SharedEnv:
+        try:
+            env = lmdb.open(path, subdir=False, readonly=True, lock=False, meminit=False, create=False,
+                            readahead=readahead, max_readers=MAX_READERS, max_dbs=0)
+        except lmdb.Error as exc:
+            raise CorruptShardError(f"{path}: not a readable LMDB shard ({_short(exc, path)})", path=path) from None
+        return _SharedEnv(env, readahead)
 
-def _release(key: Tuple[int, int], shared: _SharedEnv) -> None:
-    with _ENVS_LOCK:
-        shared.users -= 1
-        if shared.users <= 0 and _ENVS.get(key) is shared:
-            del _ENVS[key]
-            shared.close()
+    shared = OPEN_FILES.acquire(key, opener)
+    if shared.readahead != readahead:
+        OPEN_FILES.release(key, shared)
+        raise UsageError(f"{path}: already open in this process with readahead={shared.readahead}; LMDB "
+                         "allows one environment per file and process, so close the other dataset first "
+                         f"to read it with readahead={readahead}", path=path)
+    return key, shared
 
 
 class LMDBReader(ShardReader):
@@ -302,7 +282,7 @@ class LMDBReader(ShardReader):
         self._shared: Optional[_SharedEnv] = None
         self._key, shared = _acquire(path, bool(options.get("readahead", True)))
         self._shared = shared
-        #: Whether this shard's map uses OS readahead (the first opener in a process decides).
+        #: Whether this shard's map uses OS readahead.
         self.readahead = shared.readahead
         self._per_block = 0
         self._crcs: Optional[np.ndarray] = None
@@ -424,20 +404,45 @@ class LMDBReader(ShardReader):
                 value = shared.txn.get(sample_key(index))
             except lmdb.Error as exc:
                 raise CorruptSampleError(self._path, index, _short(exc, self._path)) from None
-            if value is None or len(value) < RECORD.size:
-                raise CorruptSampleError(self._path, index, "record is missing" if value is None else
-                                         f"record of {len(value)} bytes is shorter than its header")
-            magic, version, flags, crc, label, raw_length, stored_length = RECORD.unpack_from(value)
-            if magic != RECORD_MAGIC or version != RECORD_VERSION or flags & ~FLAG_ZLIB:
-                raise CorruptSampleError(self._path, index, "bad record header")
-            if stored_length != len(value) - RECORD.size or label != self._labels[index]:
-                raise CorruptSampleError(self._path, index, "record header does not match the record")
-            compressed = bool(flags & FLAG_ZLIB)
-            check_lengths(self._schema, stored_length, raw_length, compressed, self._path, index)
-            stored = value[RECORD.size:]
-            if not compressed:
-                stored = stored.tobytes()    # copy while mapped: the handle may be evicted later
-            payload = restore(self._schema, stored, raw_length, compressed, self._path, index)
+            return self._record(index, value)
+
+    def read_many(self, indices: Sequence[int]) -> List[Encoded]:
+        """Samples at local indices under one lock, fetched with one cursor call."""
+        keys = []
+        for index in indices:
+            if not 0 <= index < self._count:
+                raise IndexError(f"sample {index} out of range for shard of {self._count}")
+            keys.append(sample_key(index))
+        if self._per_block:
+            return [self._read_row(index) for index in indices]
+        with self._locked() as shared:
+            try:
+                found = shared.txn.cursor().getmulti(keys)
+                values: List[Any] = []
+                if len(found) == len(keys):
+                    values = [value for _, value in found]
+                else:       # a key is missing (getmulti skips it): name it
+                    values = [shared.txn.get(key) for key in keys]
+            except lmdb.Error as exc:
+                raise CorruptSampleError(self._path, indices[0], _short(exc, self._path)) from None
+            return [self._record(index, value) for index, value in zip(indices, values)]
+
+    def _record(self, index: int, value: Any) -> Encoded:
+        """The sample in a record of the map (copied out while mapped), after checking its header."""
+        if value is None or len(value) < RECORD.size:
+            raise CorruptSampleError(self._path, index, "record is missing" if value is None else
+                                     f"record of {len(value)} bytes is shorter than its header")
+        magic, version, flags, crc, label, raw_length, stored_length = RECORD.unpack_from(value)
+        if magic != RECORD_MAGIC or version != RECORD_VERSION or flags & ~FLAG_ZLIB:
+            raise CorruptSampleError(self._path, index, "bad record header")
+        if stored_length != len(value) - RECORD.size or label != self._labels[index]:
+            raise CorruptSampleError(self._path, index, "record header does not match the record")
+        compressed = bool(flags & FLAG_ZLIB)
+        check_lengths(self._schema, stored_length, raw_length, compressed, self._path, index)
+        stored = value[RECORD.size:]
+        if not compressed:
+            stored = stored.tobytes()    # copy while mapped: the handle may be evicted later
+        payload = restore(self._schema, stored, raw_length, compressed, self._path, index)
         return Encoded(payload, int(label), int(crc))
 
     def _read_row(self, index: int) -> Encoded:
@@ -464,7 +469,7 @@ class LMDBReader(ShardReader):
     def close(self) -> None:
         shared, self._shared = self._shared, None
         if shared is not None:
-            _release(self._key, shared)
+            OPEN_FILES.release(self._key, shared)
 
 
 def _short(exc: BaseException, path: str) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import zipfile
 from array import array
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -221,6 +221,19 @@ class PTReader(ShardReader):
 
     def key(self, index: int) -> Optional[str]:
         return super().key(index) if self._keys is None else self._keys.key(index)
+
+    def read_many(self, indices: Sequence[int]) -> List[Encoded]:
+        """Uncompressed bytes payloads as slices of the mapped data, all located at once."""
+        if not self._plain:
+            return super().read_many(indices)
+        wanted = np.asarray(indices, dtype=np.int64)
+        if len(wanted) and (wanted.min() < 0 or wanted.max() >= self._count):
+            bad = wanted[(wanted < 0) | (wanted >= self._count)][0]
+            raise IndexError(f"sample {bad} out of range for shard of {self._count}")
+        data = self._data
+        return [Encoded(data[begin:end], label, crc) for begin, end, label, crc in
+                zip(self._offsets[wanted].tolist(), self._offsets[wanted + 1].tolist(),
+                    self._labels[wanted].tolist(), self._crcs[wanted].tolist())]
 
     def labels(self) -> np.ndarray:
         return self._labels

@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from ..errors import CorruptSampleError, CorruptShardError
-from ..formats import ShardReader, get_format
+from ..formats import SampleChecks, ShardReader, get_format, open_checked
 from ..manifest import Manifest, load_manifest
 from ..options import ReshardOptions, RunOptions
 from ..records import Encoded
@@ -34,6 +34,7 @@ class ShardDatasetSource(Source):
         self.manifest = manifest
         self.schema = manifest.schema
         self.classes = list(manifest.classes)
+        self._checks = SampleChecks(len(self.classes) if self.schema.labeled else 0, verify=True)
         counts = np.array([entry.num_samples for entry in manifest.shards], dtype=np.int64)
         self._starts = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=self._starts[1:])
@@ -139,41 +140,18 @@ class ShardDatasetSource(Source):
 
     # ---- helpers ------------------------------------------------------------------
     def _open(self, shard: int) -> ShardReader:
-        entry = self.manifest.shards[shard]
-        path = os.path.join(self.root, entry.path)
-        try:
-            size = os.path.getsize(path)
-        except OSError:
-            raise CorruptShardError(f"{path}: source shard {shard} is missing", path=path) from None
-        if size != entry.size:
-            raise CorruptShardError(f"{path}: source shard {shard} has {size} bytes, its manifest says "
-                                    f"{entry.size} (truncated or replaced)", path=path)
-        fmt = get_format(self.manifest.format_name)
-        reader = fmt.open_reader(path, self.schema, self.manifest.format_options)
-        try:
-            self.manifest.check_identity(reader.dataset_id, path, shard)
-        except CorruptShardError:
-            reader.close()
-            raise
-        if len(reader) != entry.num_samples:
-            reader.close()
-            raise CorruptShardError(f"{path}: source shard {shard} holds {len(reader)} samples, its manifest "
-                                    f"says {entry.num_samples}", path=path)
-        return reader
+        return open_checked(get_format(self.manifest.format_name), self.manifest, self.root, shard,
+                            self.manifest.format_options, role="source shard")
 
     def _copy(self, reader: ShardReader, shard: int, local: int) -> Outcome:
         entry = self.manifest.shards[shard]
+        path = os.path.join(self.root, entry.path)
         try:
-            stored = reader.read(local)
+            stored = self._checks.read(reader, path, entry.path, local)
             key = reader.key(local)
-        except CorruptSampleError as exc:
-            return Skipped(entry.path, f"sample {local} (index {entry.first_index + local}) cannot be read: "
-                                       f"{exc.problem}")
-        except CorruptShardError as exc:
-            return Skipped(entry.path, f"sample {local} (index {entry.first_index + local}) cannot be read: "
-                                       f"{str(exc).replace(os.path.join(self.root, entry.path) + ': ', '')}")
-        if not stored.crc_ok():
-            return Skipped(entry.path, f"sample {local} (index {entry.first_index + local}) fails its CRC32 check")
+        except CorruptShardError as exc:    # a damaged record, CRC32 or label: the sample is skipped
+            problem = exc.problem if isinstance(exc, CorruptSampleError) else str(exc).replace(path + ": ", "")
+            return Skipped(entry.path, f"sample {local} (index {entry.first_index + local}) {problem}")
         payload = stored.payload
         # Own the bytes: the reader is closed (and its file unmapped) once this shard is done.
         payload = np.array(payload, copy=True) if self.schema.is_array else bytes(payload)

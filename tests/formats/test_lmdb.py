@@ -16,7 +16,9 @@ import shardkit
 from shardkit.errors import CorruptShardError, UsageError
 from shardkit.formats import get_format
 from shardkit.formats import lmdb as lmdb_format
+from shardkit.formats.lmdb import RECORD, sample_key
 from shardkit.handles import HANDLES
+from shardkit.openfiles import OPEN_FILES
 from shardkit.records import Encoded
 from shardkit.schema import SampleSchema
 
@@ -171,7 +173,7 @@ def test_fork_while_locks_are_held_does_not_hang_the_child(tmp_path: Path) -> No
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_read_in_child, args=(str(path), queue))
-    with parent._shared.lock, lmdb_format._ENVS_LOCK:      # as if another thread were reading
+    with parent._shared.lock, OPEN_FILES._lock:      # as if another thread were reading
         child.start()
     got = queue.get(timeout=60)
     child.join(60)
@@ -287,3 +289,29 @@ def test_empty_and_missing_files(tmp_path: Path) -> None:
             FMT.open_reader(str(path), SCHEMA, {})
         assert str(path) in str(caught.value)
     assert not (tmp_path / "missing.lmdb").exists()
+
+
+def test_closed_dataset_lets_py_lmdb_open_its_files(image_tree: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "out"
+    shardkit.convert(str(image_tree), str(dst), format="lmdb", samples_per_shard=40, quiet=True)
+    first = sorted((dst / "shards").iterdir())[0]
+    with shardkit.open_dataset(dst, decode=None) as ds:
+        expected = _payload(ds.read_encoded(3))
+        with pytest.raises(lmdb.Error):         # py-lmdb allows one environment per file and process
+            lmdb.open(str(first), subdir=False, readonly=True, lock=False)
+    env = lmdb.open(str(first), subdir=False, readonly=True, lock=False)
+    with env.begin() as txn:
+        assert bytes(txn.get(sample_key(3)))[RECORD.size:] == expected
+    env.close()
+
+
+def test_a_second_readahead_on_an_open_file_is_refused_not_ignored(image_tree: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "out"
+    shardkit.convert(str(image_tree), str(dst), format="lmdb", samples_per_shard=40, quiet=True)
+    with shardkit.open_dataset(dst, decode=None, readahead=False) as off:
+        off[0]
+        on = shardkit.open_dataset(dst, decode=None, readahead=True)
+        with pytest.raises(UsageError, match="readahead=False"):
+            on[0]
+    assert on.reader(0).readahead is True       # once the other dataset is closed
+    on.close()

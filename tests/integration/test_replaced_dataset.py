@@ -43,6 +43,8 @@ def test_old_dataset_object_refuses_the_replacing_dataset(tmp_path: Path, fmt: s
             old[index]
     with pytest.raises(shardkit.ForeignShardError):
         old.key(9)
+    with pytest.raises(shardkit.ForeignShardError):
+        old.__getitems__([9, 1, 18])    # a batch checks every shard it opens as ds[i] does
     assert np.array_equal(shardkit.open_dataset(dst, decode="numpy")[0][0], new[0][0])
     HANDLES.close_all()
 
@@ -60,6 +62,8 @@ def test_a_new_dataset_object_does_not_take_the_old_ones_handle(tmp_path: Path, 
     shardkit.convert(str(second), str(dst), overwrite=True, **options)
     new = shardkit.open_dataset(dst, decode="numpy")
     new[0]
+    with pytest.raises(shardkit.ForeignShardError):
+        old.__getitems__([1, 2])
     with pytest.raises(shardkit.ForeignShardError):
         old[1]
     HANDLES.close_all()

@@ -125,12 +125,11 @@ def test_more_shards_than_open_handles(image_tree: Path, tmp_path: Path, fmt: st
     dst = tmp_path / "many"
     shardkit.convert(str(image_tree), str(dst), format=fmt, samples_per_shard=4, quiet=True)
     ds = shardkit.open_dataset(dst, decode=None, max_open_shards=3)
-    from shardkit.handles import HANDLES
     rng = np.random.default_rng(0)
     files = files_in_dataset_order(image_tree, dst)
     for index in rng.permutation(len(ds))[:80]:
         assert bytes(memoryview(ds[int(index)][0])) == (image_tree / files[index]).read_bytes()
-        assert len(HANDLES) <= 3
+        assert len(ds._handles) <= 3
 
 
 def test_open_same_dataset_twice(dataset_dir: Path) -> None:

@@ -1,0 +1,168 @@
+"""Many shards against few: the same samples cut into --few and --many shards, every format, one run.
+
+For each format, the same CSV rows are converted into --few shards and into --many shards, then:
+
+  convert     seconds per shard beyond the --few conversion: (t_many - t_few) / (many - few)
+  open        open_dataset(DST) wall time (median of --repeats)
+  quick       verify(DST, mode="quick") wall time (median of --repeats)
+  uniform     ds[i] per second in one process, uniform random order, after one read of every shard
+  sampler     the same in ShardAwareSampler order
+  loader      samples per second through DataLoader(batch_size=256, num_workers=2, RandomSampler,
+              persistent_workers=True), decode=None, second epoch (the first warms the workers)
+  rss         the largest worker's resident memory after the timed epoch (MiB)
+
+Rates are medians of --repeats, few and many interleaved within each repeat; the ratio many/few
+is the median of the per-repeat ratios, so machine noise hits both alike.
+
+    PYTHONPATH=. python benchmarks/many_shards.py --rows 100000 --few 100 --many 10000
+
+Results and the machine they came from: docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+import torch.utils.data
+
+import shardkit
+from shardkit.formats import format_names
+from shardkit.handles import HANDLES
+
+
+def write_csv(path: str, rows: int) -> None:
+    """rows of four float columns and a label of 10 classes."""
+    rng = np.random.default_rng(0)
+    values = rng.random((rows, 4)).round(6)
+    labels = rng.integers(0, 10, rows)
+    with open(path, "w") as handle:
+        handle.write("a,b,c,d,label\n")
+        for row, label in zip(values.tolist(), labels.tolist()):
+            handle.write(f"{row[0]},{row[1]},{row[2]},{row[3]},c{label}\n")
+
+
+def timed(action: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def read_rate(ds: Any, order: List[int]) -> float:
+    """ds[i] per second over order, after one read of every shard (each process opens it once)."""
+    for start in ds.shard_starts[:-1].tolist():
+        ds[start]
+    started = time.perf_counter()
+    for index in order:
+        ds[index]
+    return len(order) / (time.perf_counter() - started)
+
+
+def _rss_of_worker(_: int) -> None:
+    """worker_init_fn: note the pid so the parent can read the worker's memory."""
+    info = torch.utils.data.get_worker_info()
+    assert info is not None
+    with open(os.path.join(tempfile.gettempdir(), f"many_shards_pid_{os.getppid()}_{info.id}"), "w") as handle:
+        handle.write(str(os.getpid()))
+
+
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def loader_rate(dst: str, epochs: int) -> "tuple[float, float]":
+    """(samples/s of the last epoch, largest worker RSS in MiB)."""
+    ds = shardkit.open_dataset(dst, decode=None)
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=256, num_workers=2, persistent_workers=True, worker_init_fn=_rss_of_worker,
+        sampler=torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)),
+        collate_fn=lambda batch: len(batch))
+    rate = 0.0
+    for _ in range(epochs):
+        started = time.perf_counter()
+        count = sum(loader)
+        rate = count / (time.perf_counter() - started)
+    rss = 0.0
+    for worker in range(2):
+        marker = os.path.join(tempfile.gettempdir(), f"many_shards_pid_{os.getpid()}_{worker}")
+        with open(marker) as handle:
+            rss = max(rss, _rss_mib(int(handle.read())))
+        os.unlink(marker)
+    del loader
+    ds.close()
+    return rate, rss
+
+
+def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repeats: int,
+            reads: int, epochs: int) -> Dict[str, Any]:
+    dsts = {count: os.path.join(work, f"{fmt}-{count}") for count in (few, many)}
+    convert_s = {count: timed(lambda: shardkit.convert(csv, dsts[count], format=fmt, label_column="label",
+                                                       samples_per_shard=-(-rows // count), quiet=True))
+                 for count in (few, many)}
+    results: Dict[str, Any] = {"convert_ms_per_shard": 1000 * (convert_s[many] - convert_s[few]) / (many - few)}
+    samples: Dict[str, Dict[int, List[float]]] = {name: {few: [], many: []} for name in
+                                                  ("open", "quick", "uniform", "sampler", "loader", "rss")}
+    rng = np.random.default_rng(0)
+    for _ in range(repeats):
+        for count in (few, many):
+            dst = dsts[count]
+            HANDLES.close_all()
+            samples["open"][count].append(timed(lambda: shardkit.open_dataset(dst, decode=None)))
+            samples["quick"][count].append(timed(lambda: shardkit.verify(dst, mode="quick")))
+            ds = shardkit.open_dataset(dst, decode=None)
+            samples["uniform"][count].append(read_rate(ds, rng.integers(0, len(ds), reads).tolist()))
+            sampler = shardkit.ShardAwareSampler(ds, seed=0)
+            samples["sampler"][count].append(read_rate(ds, list(sampler)[:reads]))
+            ds.close()
+            rate, rss = loader_rate(dst, epochs)
+            samples["loader"][count].append(rate)
+            samples["rss"][count].append(rss)
+    for name, by_count in samples.items():
+        results[name] = {count: statistics.median(values) for count, values in by_count.items()}
+        results[name]["ratio"] = statistics.median(m / f for f, m in zip(by_count[few], by_count[many]))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--few", type=int, default=100)
+    parser.add_argument("--many", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--reads", type=int, default=30_000)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--formats", nargs="*", default=format_names())
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="many_shards_")
+    try:
+        csv = os.path.join(work, "rows.csv")
+        write_csv(csv, args.rows)
+        print(f"{args.rows} rows, {args.few} vs {args.many} shards, {os.cpu_count()} CPUs")
+        print("| format | shards | uniform /s | sampler /s | loader /s | worker RSS MiB | open_dataset s "
+              "| verify --quick s | convert ms/shard |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for fmt in args.formats:
+            res = measure(fmt, csv, work, args.rows, args.few, args.many, args.repeats, args.reads, args.epochs)
+            for count in (args.few, args.many):
+                convert = f"{res['convert_ms_per_shard']:.2f}" if count == args.many else ""
+                print(f"| {fmt} | {count:,} | {res['uniform'][count]:,.0f} | {res['sampler'][count]:,.0f} "
+                      f"| {res['loader'][count]:,.0f} | {res['rss'][count]:.0f} | {res['open'][count]:.3f} "
+                      f"| {res['quick'][count]:.3f} | {convert} |")
+            print(f"| {fmt} | ratio | {res['uniform']['ratio']:.2f}x | {res['sampler']['ratio']:.2f}x "
+                  f"| {res['loader']['ratio']:.2f}x | | {res['open']['ratio']:.1f}x | {res['quick']['ratio']:.1f}x | |",
+                  flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

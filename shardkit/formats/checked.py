@@ -1,0 +1,127 @@
+"""The one checked way to open a shard and read its samples, for the dataset, verify and re-sharding.
+
+Opening checks the file against what the manifest says of it (a regular file inside the dataset,
+its size, the dataset identity it carries, its sample count) and
+turns whatever a format's library raises on a damaged file into CorruptShardError; reading turns
+it into CorruptSampleError naming shard and sample, and (when asked) checks CRC32 and label range.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+from ..errors import CorruptSampleError, CorruptShardError, ManifestError, ShardkitError
+from ..integrity import NotAShardFile, WrongSize, open_regular
+from ..manifest import Manifest
+from ..records import Encoded
+from ..schema import SampleSchema
+from .base import ShardFormat, ShardReader
+
+#: What a format's library may raise on a damaged file that its own checks did not catch;
+#: the read side reports it as CorruptShardError / CorruptSampleError, never as itself.
+READ_FAILURES = (OSError, ValueError, KeyError, IndexError, RuntimeError, TypeError, EOFError)
+
+
+def version_problem(fmt: ShardFormat, version: int) -> "str | None":
+    """Why a dataset of this format version cannot be read here, or None."""
+    if version > fmt.version:
+        return (f"{fmt.name} format version {version} is newer than this shardkit reads ({fmt.version}); "
+                "upgrade shardkit")
+    return None
+
+
+def check_version(fmt: ShardFormat, version: int, where: str) -> None:
+    """ManifestError when a manifest's format version is newer than this shardkit reads."""
+    problem = version_problem(fmt, version)
+    if problem:
+        raise ManifestError(f"{where}: {problem}", path=where)
+
+
+def check_regular(path: str, root: str, size: int, name: str) -> None:
+    """CorruptShardError unless path is a regular file of `size` bytes inside root (no link, FIFO
+    or device: integrity.open_regular), naming the file and `name` ("shard 3")."""
+    try:
+        os.close(open_regular(path, root, size))
+    except WrongSize as exc:
+        raise CorruptShardError(f"{path}: {name} has {exc.size} bytes, manifest says {size} (truncated or "
+                                "replaced)", path=path) from None
+    except NotAShardFile as exc:
+        raise CorruptShardError(f"{exc}; {name} is read only as a regular file inside the dataset",
+                                path=path) from None
+    except OSError:
+        raise CorruptShardError(f"{path}: {name} is missing", path=path) from None
+
+
+def open_checked(fmt: ShardFormat, manifest: Manifest, root: str, shard: int, options: Dict[str, Any], *,
+                 path: Optional[str] = None, role: str = "shard") -> ShardReader:
+    """A reader of a manifest's shard, after checking the file (regular, inside root, its size),
+    then the shard's dataset identity and sample count against the manifest."""
+    entry = manifest.shards[shard]
+    path = os.path.join(root, entry.path) if path is None else path
+    name = f"{role} {shard}"
+    check_regular(path, root, entry.size, name)
+    reader = open_unchecked(fmt, path, manifest.schema, options, name)
+    try:
+        manifest.check_identity(reader.dataset_id, path, shard)
+        if len(reader) != entry.num_samples:
+            raise CorruptShardError(f"{path}: {name} holds {len(reader)} samples, manifest says "
+                                    f"{entry.num_samples}", path=path)
+    except BaseException:
+        reader.close()
+        raise
+    return reader
+
+
+def open_unchecked(fmt: ShardFormat, path: str, schema: SampleSchema, options: Dict[str, Any],
+                   name: str) -> ShardReader:
+    """fmt.open_reader, with a library's own error on a damaged file reported as CorruptShardError."""
+    try:
+        return fmt.open_reader(path, schema, options)
+    except ShardkitError:
+        raise
+    except READ_FAILURES as exc:
+        raise CorruptShardError(f"{path}: {name} cannot be opened ({type(exc).__name__}: {exc})",
+                                path=path) from None
+
+
+class SampleChecks:
+    """Reads samples of one dataset's shards, reporting damage as CorruptSampleError."""
+
+    def __init__(self, classes: int, verify: bool) -> None:
+        self.classes = classes      # labels must lie in [0, classes) when classes > 0
+        self.verify = verify        # check CRC32 and label range
+
+    def read(self, reader: ShardReader, path: str, shard: str, local: int, index: Optional[int] = None) -> Encoded:
+        """Sample `local` of the reader (shard: the manifest's name of it; index: the global index)."""
+        try:
+            encoded = reader.read(local)
+        except CorruptSampleError as exc:      # found inside the format: add what only the caller knows
+            exc.shard, exc.global_index = shard, index
+            raise
+        except CorruptShardError:
+            raise
+        except READ_FAILURES as exc:
+            raise CorruptSampleError(path, local, f"cannot be read ({type(exc).__name__}: {exc})", shard=shard,
+                                     global_index=index) from None
+        return self.check(encoded, path, shard, local, index) if self.verify else encoded
+
+    def read_many(self, reader: ShardReader, path: str, shard: str, locals_: Sequence[int],
+                  indices: Sequence[int]) -> List[Encoded]:
+        """Samples of one shard in one backend pass; a failure is retried per sample to name it."""
+        try:
+            encoded = reader.read_many(locals_)
+        except (CorruptShardError, *READ_FAILURES):
+            return [self.read(reader, path, shard, local, index) for local, index in zip(locals_, indices)]
+        if self.verify:
+            for one, local, index in zip(encoded, locals_, indices):
+                self.check(one, path, shard, local, index)
+        return encoded
+
+    def check(self, encoded: Encoded, path: str, shard: str, local: int, index: Optional[int] = None) -> Encoded:
+        """The sample, if its CRC32 matches and its label lies in range (when verifying)."""
+        if self.verify and not encoded.crc_ok():
+            raise CorruptSampleError(path, local, "fails its CRC32 check", shard=shard, global_index=index)
+        if self.verify and self.classes and not 0 <= encoded.label < self.classes:
+            raise CorruptSampleError(path, local, f"has label {encoded.label}, outside the {self.classes} classes",
+                                     shard=shard, global_index=index)
+        return encoded

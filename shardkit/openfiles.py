@@ -1,0 +1,104 @@
+"""The one per-process registry of open shard files, keyed by file identity.
+
+Every open shard object of a process (a dataset's reader, an LMDB environment) is held here once
+per (st_dev, st_ino, kind), reference counted, so that two datasets over the same files share
+one handle and each releases only its own reference. Nothing here crosses a fork: in a child
+the registry starts empty; objects inherited from the parent are closed with
+`close_inherited()` when they have one (LMDB refuses a second environment on a file in one
+process) and otherwise kept alive untouched (closing a parent's handle can disturb the parent).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable, Dict, Hashable, List, Tuple
+
+#: (st_dev, st_ino): the same file whatever path names it.
+FileIdentity = Tuple[int, int]
+
+
+def file_identity(path: str) -> FileIdentity:
+    """(st_dev, st_ino) of the file at path; OSError when it is missing."""
+    stat = os.stat(path)
+    return stat.st_dev, stat.st_ino
+
+
+class OpenFiles:
+    """Open objects of this process keyed by file identity and kind, each with its users."""
+
+    def __init__(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.RLock()
+        self._entries: Dict[Hashable, List[Any]] = {}     # key -> [object, users]
+        self._inherited: List[Any] = []
+        #: Changes whenever an object handed out may have been closed or belong to another process
+        #: (close_all, fork), so a holder drops what it got before and asks again.
+        self.generation = 0
+
+    def acquire(self, key: Hashable, opener: Callable[[], Any]) -> Any:
+        """The open object for key (opened by opener on first use); the caller owes one release()."""
+        with self._lock:
+            self._forget_inherited()
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = [opener(), 0]
+            entry[1] += 1
+            return entry[0]
+
+    def peek(self, key: Hashable) -> Any:
+        """The open object for key in this process, or None (no reference taken)."""
+        with self._lock:
+            self._forget_inherited()
+            entry = self._entries.get(key)
+            return None if entry is None else entry[0]
+
+    def release(self, key: Hashable, obj: Any) -> None:
+        """Drop one reference to obj; the last one closes it."""
+        with self._lock:
+            if self._pid != os.getpid():
+                return                          # a parent's object: the child leaves it alone
+            entry = self._entries.get(key)
+            if entry is None or entry[0] is not obj:
+                return                          # already closed by close_all()
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del self._entries[key]
+                obj.close()
+
+    def close_all(self) -> None:
+        """Close every object this process opened (holders notice through `generation`)."""
+        with self._lock:
+            self._forget_inherited()
+            entries, self._entries = self._entries, {}
+            self.generation += 1
+            for obj, _ in entries.values():
+                obj.close()
+
+    def _forget_inherited(self) -> None:
+        if self._pid == os.getpid():
+            return
+        for obj, _ in self._entries.values():
+            close_inherited = getattr(obj, "close_inherited", None)
+            if close_inherited is not None:
+                close_inherited()
+            else:
+                self._inherited.append(obj)
+        self._entries = {}
+        self._pid = os.getpid()
+        self.generation += 1
+
+    def _after_fork_in_child(self) -> None:
+        # A lock held by another thread at fork time would stay held in the child forever.
+        self._lock = threading.RLock()
+        self.generation += 1
+
+    def __len__(self) -> int:
+        """How many distinct files this process holds open."""
+        with self._lock:
+            self._forget_inherited()
+            return len({key[:2] if isinstance(key, tuple) else key for key in self._entries})
+
+
+OPEN_FILES = OpenFiles()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=OPEN_FILES._after_fork_in_child)

@@ -1,0 +1,54 @@
+"""Many shards under a small descriptor limit: random reads from 2 workers never run out of descriptors."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import shardkit
+
+SHARDS = 300
+LIMIT = 100      # descriptors, soft and hard, in the reading process: far fewer than the shards
+
+READER = r"""
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))
+import torch.utils.data
+import shardkit
+from shardkit.handles import default_max_open_shards
+
+ds = shardkit.open_dataset(sys.argv[1], decode=None)
+loader = torch.utils.data.DataLoader(
+    ds, batch_size=64, num_workers=2, collate_fn=lambda batch: [(bytes(memoryview(p)), l) for p, l in batch],
+    sampler=torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)))
+seen = sorted(sample for batch in loader for sample in batch)
+single = sorted((bytes(memoryview(ds[i][0])), ds[i][1]) for i in torch.randperm(len(ds)).tolist())
+print(json.dumps({{"budget": ds.max_open_shards, "default": default_max_open_shards(),
+                  "seen": [[p.hex(), l] for p, l in seen], "single": [[p.hex(), l] for p, l in single]}}))
+"""
+
+
+@pytest.fixture(scope="module")
+def rows_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("rows") / "rows.csv"
+    path.write_text("a,b,label\n" + "".join(f"{i},{i * 0.5},c{i % 3}\n" for i in range(SHARDS * 2)))
+    return path
+
+
+def test_random_reads_over_many_shards_stay_within_the_descriptor_limit(
+        rows_csv: Path, tmp_path: Path, fmt: str) -> None:
+    dst = tmp_path / "many"
+    shardkit.convert(str(rows_csv), str(dst), format=fmt, label_column="label", samples_per_shard=2, quiet=True)
+    with shardkit.open_dataset(dst, decode=None) as ds:
+        assert len(ds.manifest.shards) == SHARDS
+        expected = sorted([bytes(memoryview(ds[i][0])).hex(), ds[i][1]] for i in range(len(ds)))
+    out = subprocess.run([sys.executable, "-c", READER.format(limit=LIMIT), str(dst)], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout)
+    assert got["budget"] == got["default"] < LIMIT
+    assert got["seen"] == expected            # every sample exactly once, through 2 workers
+    assert got["single"] == expected          # and one by one in the main process
