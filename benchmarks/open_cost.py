@@ -1,0 +1,121 @@
+"""Where a shard's first open in a process goes, per format: the cost a fresh DataLoader worker
+pays once per shard it touches.
+
+For each format, the same CSV rows are converted into --shards shards; then, in this process,
+every shard is opened the way the dataset opens it, repeated --repeats times (each repeat closes
+everything first), and the per-shard time is split into:
+
+  file check   checked.check_regular: realpath of root and shard, open O_NOFOLLOW, fstat
+  reader       fmt.open_reader: the format library's open and shardkit's structure checks
+  dataset      ds.reader(k) as a whole (file check + reader + identity and count checks + LRU)
+
+With --profile, the reader's time is broken down by function (cProfile, tottime, top --top).
+
+    PYTHONPATH=. python benchmarks/open_cost.py --rows 20000 --shards 500 --profile
+
+Results and the machine they came from: docs/benchmarks.md.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import shutil
+import statistics
+import tempfile
+import time
+from typing import Dict, List
+
+import shardkit
+from shardkit.formats import check_regular, format_names, get_format
+from shardkit.handles import HANDLES
+
+from many_shards import write_csv     # type: ignore[import-not-found]
+
+
+def per_shard_ms(ds: shardkit.ShardDataset, stage: str) -> float:
+    """Milliseconds per shard of one stage over every shard of ds, nothing open before."""
+    HANDLES.close_all()
+    ds.close()
+    fmt = get_format(ds.manifest.format_name)
+    shards = ds.manifest.shards
+    paths = [os.path.join(ds.root, entry.path) for entry in shards]
+    started = time.perf_counter()
+    if stage == "file check":
+        for path, entry in zip(paths, shards):
+            check_regular(path, ds.root, entry.size, "shard")
+    elif stage == "reader":
+        readers = [fmt.open_reader(path, ds.manifest.schema, ds.manifest.format_options) for path in paths]
+        elapsed = time.perf_counter() - started
+        for reader in readers:
+            reader.close()
+        return 1000 * elapsed / len(paths)
+    else:
+        for shard in range(len(paths)):
+            ds.reader(shard)
+    elapsed = time.perf_counter() - started
+    ds.close()
+    return 1000 * elapsed / len(paths)
+
+
+def profile_reader(ds: shardkit.ShardDataset, top: int) -> str:
+    """The reader stage under cProfile: the functions with the most time of their own."""
+    HANDLES.close_all()
+    fmt = get_format(ds.manifest.format_name)
+    paths = [os.path.join(ds.root, entry.path) for entry in ds.manifest.shards]
+    profiler = cProfile.Profile()
+    profiler.enable()
+    readers = [fmt.open_reader(path, ds.manifest.schema, ds.manifest.format_options) for path in paths]
+    profiler.disable()
+    for reader in readers:
+        reader.close()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--shards", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--formats", nargs="*", default=format_names())
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--top", type=int, default=15)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="open_cost_")
+    try:
+        csv = os.path.join(work, "rows.csv")
+        write_csv(csv, args.rows)
+        datasets = {}
+        for fmt in args.formats:
+            dst = os.path.join(work, fmt)
+            shardkit.convert(csv, dst, format=fmt, label_column="label", samples_per_shard=-(-args.rows // args.shards),
+                             quiet=True)
+            datasets[fmt] = shardkit.open_dataset(dst, decode=None)
+        stages = ("file check", "reader", "dataset")
+        times: Dict[str, Dict[str, List[float]]] = {fmt: {stage: [] for stage in stages} for fmt in args.formats}
+        for _ in range(args.repeats):           # formats and stages interleaved: noise hits all alike
+            for fmt, ds in datasets.items():
+                for stage in stages:
+                    times[fmt][stage].append(per_shard_ms(ds, stage))
+        print(f"{args.rows} rows in {args.shards} shards, {os.cpu_count()} CPUs, load average "
+              f"{os.getloadavg()[0]:.1f}; ms per shard, median of {args.repeats}")
+        print("| format | file check | reader | dataset (all of it) |")
+        print("|---|---|---|---|")
+        for fmt in args.formats:
+            print(f"| {fmt} | " + " | ".join(f"{statistics.median(times[fmt][stage]):.3f}" for stage in stages) + " |")
+        if args.profile:
+            for fmt, ds in datasets.items():
+                print(f"\n### {fmt}: reader stage by function\n")
+                print(profile_reader(ds, args.top))
+        for ds in datasets.values():
+            ds.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
