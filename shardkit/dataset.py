@@ -40,9 +40,10 @@ class ShardDataset(torch.utils.data.Dataset):
                  transform: Optional[Callable[[Any], Any]] = None,
                  target_transform: Optional[Callable[[Any], Any]] = None,
                  verify_checksums: "bool | str" = False, max_open_shards: int = 128, as_dict: bool = False,
-                 return_key: bool = False, **format_options: Any) -> None:
+                 return_key: bool = False, manifest: Optional[Manifest] = None, **format_options: Any) -> None:
         self.root = os.path.abspath(os.fspath(root))
-        self.manifest: Manifest = load_manifest(self.root)
+        #: manifest: root's manifest when the caller has just loaded it (open_dataset), else read here
+        self.manifest: Manifest = load_manifest(self.root) if manifest is None else manifest
         if self.format_name is not None and self.manifest.format_name != self.format_name:
             raise UsageError(f"{self.root}: holds {self.manifest.format_name} shards, not {self.format_name}; "
                              "use shardkit.open_dataset to pick the right reader", path=self.root)
@@ -71,9 +72,9 @@ class ShardDataset(torch.utils.data.Dataset):
         self._labeled = self.manifest.schema.labeled
         self._classes = len(self.manifest.classes) if self._labeled else 0
         shards = self.manifest.shards
-        self._paths: List[str] = [os.path.join(self.root, entry.path) for entry in shards]
-        self._sizes = np.array([entry.size for entry in shards], dtype=np.int64)
-        self._counts = np.array([entry.num_samples for entry in shards], dtype=np.int64)
+        self._paths = shards.joined(self.root)
+        self._sizes = shards.sizes
+        self._counts = shards.num_samples
         #: shard_starts[k] is the global index of shard k's first sample; the last entry is len(self).
         self.shard_starts = np.zeros(len(shards) + 1, dtype=np.int64)
         np.cumsum(self._counts, out=self.shard_starts[1:])
@@ -163,7 +164,7 @@ class ShardDataset(torch.utils.data.Dataset):
         except (OSError, ValueError) as exc:
             raise CorruptShardError(f"{path}: shard {shard} is missing, unreadable or not a regular file "
                                     f"inside the dataset ({exc})", path=path) from None
-        if digest != self.manifest.shards[shard].sha256:
+        if digest != self.manifest.shards.sha256s[shard]:
             raise CorruptShardError(f"{path}: shard {shard} fails its sha256 check (its bytes changed after "
                                     "conversion)", path=path)
         self._hashed.add(key)
@@ -213,7 +214,7 @@ class ShardDataset(torch.utils.data.Dataset):
         shard, local = self.locate(index)
         reader = self.reader(shard)
         path = self._paths[shard]
-        where: Dict[str, Any] = {"shard": self.manifest.shards[shard].path, "global_index": index}
+        where: Dict[str, Any] = {"shard": self.manifest.shards.paths[shard], "global_index": index}
         try:
             encoded = reader.read(local)
         except CorruptSampleError as exc:      # found inside the format: add what only the dataset knows
@@ -333,4 +334,4 @@ def open_dataset(root: "str | os.PathLike[str]", **kwargs: Any) -> ShardDataset:
     """
     manifest = load_manifest(root)
     classes = {cls.format_name: cls for cls in ShardDataset.__subclasses__()}
-    return classes.get(manifest.format_name, ShardDataset)(root, **kwargs)
+    return classes.get(manifest.format_name, ShardDataset)(root, manifest=manifest, **kwargs)
