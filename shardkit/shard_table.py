@@ -75,11 +75,11 @@ class ShardTable(Sequence[ShardEntry]):
         """The table of ShardEntry objects (a conversion's or a merge's result)."""
         entries = list(entries)
         try:
-            numbers = [np.array([getattr(entry, name) for entry in entries], dtype=np.int64)
-                       for name in ("num_samples", "first_index", "size")]
+            counts, firsts, sizes = (np.array([getattr(entry, name) for entry in entries], dtype=np.int64)
+                                     for name in ("num_samples", "first_index", "size"))
         except OverflowError:
             raise ManifestError("manifest shard entry has a number of 2**63 or more") from None
-        return cls([entry.path for entry in entries], *numbers, [entry.sha256 for entry in entries])
+        return cls([entry.path for entry in entries], counts, firsts, sizes, [entry.sha256 for entry in entries])
 
     @classmethod
     def from_dicts(cls, items: Any) -> "ShardTable":
@@ -94,8 +94,9 @@ class ShardTable(Sequence[ShardEntry]):
     @classmethod
     def from_columns(cls, columns: Dict[str, List[Any]]) -> "ShardTable":
         """The table of plain_columns' result (already checked)."""
-        return cls(columns["path"], *(np.array(columns[name], dtype=np.int64)
-                                      for name in ("num_samples", "first_index", "size")), columns["sha256"])
+        counts, firsts, sizes = (np.array(columns[name], dtype=np.int64)
+                                 for name in ("num_samples", "first_index", "size"))
+        return cls(columns["path"], counts, firsts, sizes, columns["sha256"])
 
     def to_dicts(self) -> List[Dict[str, Any]]:
         """The "shards" list of the manifest as written."""

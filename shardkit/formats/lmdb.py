@@ -29,7 +29,6 @@ import lmdb
 import numpy as np
 
 from ..errors import CorruptSampleError, CorruptShardError
-from ..integrity import fsync_path
 from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
 from .base import ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
@@ -209,7 +208,6 @@ class LMDBWriter(ShardWriter):
         self._env.sync(True)
         self._env.close()
         self._env = None
-        fsync_path(self._path)
 
     def abort(self) -> None:
         if self._env is not None:
