@@ -18,11 +18,13 @@ from .errors import (ConversionError, ConversionInterrupted, EmptySourceError,
 from .formats import get_format
 from .interrupt import SigintLatch
 from .journal import Journal, claim_destination, remove_outputs, remove_stale_temps
-from .manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
+from .manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, ShardTable, load_manifest
 from .options import DEFAULT_FORMAT, PlanOptions, RunOptions, split_convert_options
 from .plan import ShardTask, make_tasks, planned_order, sample_order
 from .progress import Progress
-from .sink import NOT_WRITABLE, ShardResult, SinkContext, explain_write_failure, reusable_result, write_shard
+from .commit import CommitPipeline
+from .sink import (NOT_WRITABLE, ShardResult, SinkContext, explain_write_failure, reusable_result,
+                   write_shard_file)
 from .sources import Skipped, Source, open_source
 
 
@@ -279,12 +281,15 @@ def _run(ctx: SinkContext, tasks: List[ShardTask], options: RunOptions, already_
     def remaining() -> Optional[int]:
         return None if options.max_errors is None else options.max_errors - skipped
 
-    def check(result: ShardResult) -> None:
+    def count_skipped(result: ShardResult) -> None:
         nonlocal skipped
         skipped += len(result.skipped)
         if options.max_errors is not None and skipped > options.max_errors:
             raise ConversionError(f"more than {options.max_errors} inputs failed (--max-errors); "
                                   f"last: {Skipped(**result.skipped[-1]).message()}")
+
+    def check(result: ShardResult) -> None:
+        count_skipped(result)
         results.append(result)
 
     with Progress(total, "convert", quiet=options.quiet) as bar:
@@ -297,8 +302,14 @@ def _run(ctx: SinkContext, tasks: List[ShardTask], options: RunOptions, already_
             bar.set(items, nbytes)
 
         if options.executor == "local" and (options.workers <= 1 or len(tasks) <= 1):
-            for task in tasks:
-                check(write_shard(dataclasses.replace(ctx, max_errors=remaining()), task, progress=advance))
+            with CommitPipeline() as pipeline:
+                for task in tasks:
+                    written = write_shard_file(dataclasses.replace(ctx, max_errors=remaining()), task,
+                                               progress=advance)
+                    count_skipped(written.result)
+                    for result in pipeline.submit(written):
+                        results.append(result)
+                results.extend(pipeline.finish())
         else:
             try:
                 with latch.deferred():          # Ctrl-C is raised by set_totals, between the executor's waits
@@ -346,7 +357,8 @@ def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContex
         "detected": dict(sorted(tags.items())),
     })
     from . import __version__
-    return Manifest(format_name=fmt.name, format_version=fmt.version, schema=ctx.schema, shards=entries,
+    return Manifest(format_name=fmt.name, format_version=fmt.version, schema=ctx.schema,
+                    shards=ShardTable.from_entries(entries),
                     classes=list(source.classes),
                     source={"kind": source.kind, "path": os.path.abspath(src), "summary": summary,
                             "fingerprint": fingerprint},

@@ -73,11 +73,10 @@ class ShardDataset(torch.utils.data.Dataset):
         self._labeled = self.manifest.schema.labeled
         self._checks = SampleChecks(len(self.manifest.classes) if self._labeled else 0, bool(verify_checksums))
         shards = self.manifest.shards
-        self._names: List[str] = [entry.path for entry in shards]
-        prefix = os.path.join(self.root, "")
-        self._paths: List[str] = [prefix + name for name in self._names]    # names are checked relative paths
-        self._sizes = np.array([entry.size for entry in shards], dtype=np.int64)
-        self._counts = np.array([entry.num_samples for entry in shards], dtype=np.int64)
+        self._names: List[str] = shards.paths                  # checked relative paths, one column
+        self._paths = shards.joined(self.root)                 # joined when a shard is opened
+        self._sizes = shards.sizes
+        self._counts = shards.num_samples
         #: shard_starts[k] is the global index of shard k's first sample; the last entry is len(self).
         self.shard_starts = np.zeros(len(shards) + 1, dtype=np.int64)
         np.cumsum(self._counts, out=self.shard_starts[1:])
@@ -166,7 +165,7 @@ class ShardDataset(torch.utils.data.Dataset):
         except (OSError, ValueError) as exc:
             raise CorruptShardError(f"{path}: shard {shard} is missing, unreadable or not a regular file "
                                     f"inside the dataset ({exc})", path=path) from None
-        if digest != self.manifest.shards[shard].sha256:
+        if digest != self.manifest.shards.sha256s[shard]:
             raise CorruptShardError(f"{path}: shard {shard} fails its sha256 check (its bytes changed after "
                                     "conversion)", path=path)
         self._hashed.add(key)

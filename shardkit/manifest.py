@@ -4,18 +4,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import posixpath
-import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .errors import ForeignShardError, ManifestError, NotADatasetError
 from .integrity import HASH_ALGORITHM, PathLike, atomic_write_json
 from .schema import SampleSchema
+from .shard_table import SHARDS_DIR, ShardEntry, ShardTable, canonical_text, check_relative_path, plain_columns
 
 MANIFEST_NAME = "manifest.json"
-SHARDS_DIR = "shards"
 SKIPPED_NAME = "skipped.jsonl"
 #: source.summary keys that count what the written shards hold (summed over the parts by merge);
 #: every other key describes the whole scan of SRC and is the same in every part.
@@ -23,49 +21,8 @@ RUN_SUMMARY_KEYS = ("converted", "skipped", "bytes", "detected", "samples_per_cl
 #: Version of the manifest layout itself (formats/manifest.schema.json).
 MANIFEST_VERSION = 1
 
-
-@dataclass(frozen=True)
-class ShardEntry:
-    """One shard: where it is, how many samples from which global index, its size and hash."""
-
-    path: str
-    num_samples: int
-    first_index: int
-    size: int
-    sha256: str
-
-    def to_dict(self) -> Dict[str, Any]:
-        """Plain JSON-ready dict."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Dict[str, Any]) -> "ShardEntry":
-        """Inverse of to_dict; raises ManifestError on missing or mistyped fields."""
-        try:
-            entry = cls(path=str(data["path"]), num_samples=int(data["num_samples"]),
-                        first_index=int(data["first_index"]), size=int(data["size"]),
-                        sha256=str(data["sha256"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestError(f"manifest shard entry is malformed ({exc}): {data!r}") from None
-        check_relative_path(entry.path)
-        if entry.num_samples < 0 or entry.size < 0 or entry.first_index < 0:
-            raise ManifestError(f"manifest shard entry has negative numbers: {data!r}")
-        return entry
-
-
-#: A plain file name directly inside shards/: safe without normalising (the common case, fast).
-_PLAIN_SHARD_PATH = re.compile(SHARDS_DIR + r"/(?!\.\.?\Z)[^/\\:]+\Z")
-
-
-def check_relative_path(path: str) -> None:
-    """Refuse shard paths that could point outside DST (absolute, '..', backslashes)."""
-    if _PLAIN_SHARD_PATH.match(path):
-        return
-    norm = posixpath.normpath(path)
-    if (not path or path.startswith("/") or "\\" in path or ":" in path
-            or norm.startswith("..") or norm != path or not norm.startswith(SHARDS_DIR + "/")):
-        raise ManifestError(f"manifest names an unsafe shard path {path!r}: "
-                            f"paths must be relative and inside {SHARDS_DIR}/")
+__all__ = ["MANIFEST_NAME", "MANIFEST_VERSION", "RUN_SUMMARY_KEYS", "SHARDS_DIR", "SKIPPED_NAME", "Manifest",
+           "ShardEntry", "ShardTable", "check_relative_path", "load_manifest", "manifest_path"]
 
 
 @dataclass
@@ -75,7 +32,8 @@ class Manifest:
     format_name: str
     format_version: int
     schema: SampleSchema
-    shards: List[ShardEntry]
+    #: ShardTable; a list of ShardEntry given here or assigned later is turned into one
+    shards: ShardTable
     classes: List[str] = field(default_factory=list)
     source: Dict[str, Any] = field(default_factory=dict)
     format_options: Dict[str, Any] = field(default_factory=dict)
@@ -88,15 +46,20 @@ class Manifest:
     #: Identity stamped into every shard (format versions with one); None in older datasets.
     dataset_id: Optional[str] = None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "shards" and not isinstance(value, ShardTable):
+            value = ShardTable.from_entries(value)
+        super().__setattr__(name, value)
+
     @property
     def num_samples(self) -> int:
         """Total samples over all shards."""
-        return sum(entry.num_samples for entry in self.shards)
+        return int(self.shards.num_samples.sum())
 
     @property
     def total_bytes(self) -> int:
         """Total shard bytes on disk."""
-        return sum(entry.size for entry in self.shards)
+        return int(self.shards.sizes.sum())
 
     def to_dict(self) -> Dict[str, Any]:
         """The manifest as written, including its own checksum."""
@@ -111,7 +74,7 @@ class Manifest:
             "classes": list(self.classes),
             "num_samples": self.num_samples,
             "hash_algorithm": HASH_ALGORITHM,
-            "shards": [entry.to_dict() for entry in self.shards],
+            "shards": self.shards.to_dicts(),
         }
         if self.dataset_id is not None:
             body["dataset_id"] = self.dataset_id
@@ -139,7 +102,8 @@ class Manifest:
             raise ManifestError(f"{where}: manifest version {version} is newer than this shardkit reads "
                                 f"({MANIFEST_VERSION}); upgrade shardkit")
         body = {key: value for key, value in data.items() if key != "manifest_sha256"}
-        if data.get("manifest_sha256") != _body_checksum(body):
+        columns = plain_columns(body.get("shards"))
+        if data.get("manifest_sha256") != _body_checksum(body, columns):
             raise ManifestError(f"{where}: manifest content does not match its manifest_sha256 "
                                 "(a value was edited or damaged; spacing and key order do not matter)")
         try:
@@ -147,7 +111,7 @@ class Manifest:
             manifest = cls(
                 format_name=str(fmt["name"]), format_version=int(fmt["version"]),
                 schema=SampleSchema.from_dict(data["schema"]),
-                shards=[ShardEntry.from_dict(entry) for entry in data["shards"]],
+                shards=ShardTable.from_dicts(data["shards"]) if columns is None else ShardTable.from_columns(columns),
                 classes=[str(name) for name in data.get("classes", [])],
                 source=dict(data.get("source", {})), format_options=dict(data.get("format_options", {})),
                 created=str(data.get("created", "")), shardkit_version=str(data.get("shardkit_version", "")),
@@ -162,16 +126,7 @@ class Manifest:
 
     def check_consistency(self, where: str = MANIFEST_NAME) -> None:
         """Shard indices must be contiguous and shard paths unique."""
-        expected = 0
-        seen = set()
-        for entry in self.shards:
-            if entry.first_index != expected:
-                raise ManifestError(f"{where}: shard {entry.path} starts at index {entry.first_index}, "
-                                    f"expected {expected}")
-            if entry.path in seen:
-                raise ManifestError(f"{where}: shard {entry.path} is listed twice")
-            seen.add(entry.path)
-            expected += entry.num_samples
+        self.shards.check_consistency(where)
 
     def check_identity(self, shard_id: Optional[str], path: str, shard: int) -> None:
         """Raise ForeignShardError unless a shard carries this dataset's identity (a shard of an older
@@ -187,9 +142,20 @@ class Manifest:
         atomic_write_json(Path(dst) / MANIFEST_NAME, self.to_dict())
 
 
-def _body_checksum(body: Dict[str, Any]) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+def _body_checksum(body: Dict[str, Any], columns: Optional[Dict[str, List[Any]]] = None) -> str:
+    """sha256 of the body's canonical JSON (sorted keys, no spaces, ASCII); columns: the shards as
+    plain_columns gave them, whose text is built faster than json.dumps would (same bytes)."""
+    if columns is None:
+        canonical = _canonical(body)
+    else:       # the same text json.dumps writes for an object: sorted "key":value pairs
+        pairs = [_canonical(key) + ":" + (canonical_text(columns) if key == "shards" else _canonical(value))
+                 for key, value in sorted(body.items())]
+        canonical = "{" + ",".join(pairs) + "}"
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
 def manifest_path(dst: PathLike) -> Path:

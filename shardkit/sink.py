@@ -16,7 +16,7 @@ import numpy as np
 
 from .errors import ConversionError
 from .formats import get_format
-from .integrity import durable_replace, hash_file, hash_shard_file, temp_path
+from .integrity import durable_replace, fsync_path, hash_file, hash_shard_file, temp_path
 from .journal import Journal
 from .manifest import SHARDS_DIR
 from .plan import ShardTask
@@ -116,6 +116,43 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
     raises) becomes a ConversionError naming the shard; the temporary file is removed and no
     done record is written, so `--resume` redoes this shard.
     """
+    result = write_shard_file(ctx, task, progress).commit()
+    assert result is not None       # never cancelled
+    return result
+
+
+@dataclass
+class WrittenShard:
+    """A shard whose bytes are in its temporary file (not yet fsynced): commit() makes it count."""
+
+    dst: str
+    task: ShardTask
+    tmp: Path
+    final: Path
+    result: ShardResult
+
+    def commit(self, cancelled: Callable[[], bool] = lambda: False) -> Optional[ShardResult]:
+        """fsync the file, rename it to its final name, fsync shards/, hash it, then write the done
+        record: a shard counts as done only once its bytes and its name are durable. Safe to run
+        in another thread, several shards at once (their fsyncs overlap). None, with the file
+        removed, when cancelled() holds before the rename (the run was stopped: --resume redoes it)."""
+        try:
+            fsync_path(self.tmp)
+            if cancelled():
+                _unlink_quietly(self.tmp)
+                return None
+            durable_replace(self.tmp, self.final)
+            self.result.sha256 = hash_file(self.final)
+            Journal(self.dst).write_done(self.task.name, self.result.to_dict())
+        except OSError as exc:
+            _unlink_quietly(self.tmp)
+            raise write_failure(self.final, self.task, exc) from None
+        return self.result
+
+
+def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn] = None) -> WrittenShard:
+    """The encoding half of write_shard: the task's items written to a temporary file, closed, with
+    the facts of its done record except the sha256 (commit() adds it)."""
     fmt = get_format(ctx.format_name)
     rel = shard_relpath(task, fmt.extension)
     final = Path(ctx.dst) / rel
@@ -173,17 +210,15 @@ def write_shard(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn
         _unlink_quietly(tmp)
         raise
     try:
-        durable_replace(tmp, final)
-        result = ShardResult(shard=task.shard, path=rel, num_samples=count, size=os.path.getsize(final),
-                             sha256=hash_file(final), source_bytes=source_bytes,
-                             skipped=[item.to_dict() for item in skipped], tags=dict(sorted(tags.items())),
-                             labels={str(label): number for label, number in sorted(labels.items())
-                                     if label != NO_LABEL})
-        Journal(ctx.dst).write_done(task.name, result.to_dict())
+        size = os.path.getsize(tmp)
     except OSError as exc:
         _unlink_quietly(tmp)
         raise write_failure(final, task, exc) from None
-    return result
+    result = ShardResult(shard=task.shard, path=rel, num_samples=count, size=size, sha256="",
+                         source_bytes=source_bytes, skipped=[item.to_dict() for item in skipped],
+                         tags=dict(sorted(tags.items())),
+                         labels={str(label): number for label, number in sorted(labels.items()) if label != NO_LABEL})
+    return WrittenShard(ctx.dst, task, tmp, final, result)
 
 
 #: errno values that say plainly the place cannot be written (never a full disk).

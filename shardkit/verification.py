@@ -12,7 +12,7 @@ from .codecs.decode import check_payload_decodes
 from .errors import CorruptSampleError, CorruptShardError, ManifestError, SampleError, UsageError
 from .formats import READ_FAILURES, get_format
 from .integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
-from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, ShardEntry, load_manifest
+from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, load_manifest
 from .progress import Progress
 from .workers import default_workers, run_in_workers
 
@@ -84,24 +84,58 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
         report.problems.append(unreadable)
         return report
     report.problems.extend(_extra_files(dst, manifest))
-    jobs = [(dst, manifest, number, mode) for number in range(len(manifest.shards))]
-    outcomes: List[Tuple[List[Problem], int]] = [([], 0)] * len(jobs)
-    with Progress(len(jobs), f"verify ({mode})", quiet=quiet, unit="shard") as bar:
-        def done(number: int, outcome: Tuple[List[Problem], int]) -> None:
+    shards = len(manifest.shards)
+    batches = _batches(shards, workers)
+    outcomes: List[List[Tuple[List[Problem], int]]] = [[] for _ in batches]
+    with Progress(shards, f"verify ({mode})", quiet=quiet, unit="shard") as bar:
+        def done(number: int, outcome: List[Tuple[List[Problem], int]]) -> None:
             outcomes[number] = outcome
-            bar.advance(1, manifest.shards[number].size)
+            start, stop = batches[number]
+            bar.advance(stop - start, int(manifest.shards.sizes[start:stop].sum()))
 
-        if workers > 1 and len(jobs) > 1:
-            # spawned, never forked: a fork of a threaded (torch) process can deadlock
-            run_in_workers(_check_shard_job, jobs, workers, on_done=done)
+        if workers > 1 and len(batches) > 1:
+            # spawned, never forked: a fork of a threaded (torch) process can deadlock; the manifest
+            # goes to each worker once (initializer), not with every batch
+            run_in_workers(_check_batch_in_worker, batches, workers, on_done=done, initializer=_set_worker_job,
+                           initargs=(dst, manifest, mode))
         else:
-            for number, job in enumerate(jobs):
-                done(number, _check_shard_job(job))
-    for problems, samples in outcomes:
-        report.problems.extend(problems)
-        report.samples_checked += samples
-    report.shards_checked = len(jobs)
+            for number, batch in enumerate(batches):
+                done(number, _check_batch(dst, manifest, mode, batch))
+    for batch_outcomes in outcomes:
+        for problems, samples in batch_outcomes:
+            report.problems.extend(problems)
+            report.samples_checked += samples
+    report.shards_checked = shards
     return report
+
+
+#: Shards per verify task at most: few enough to spread a small dataset over the workers, enough
+#: that a task's overhead (a round trip to a worker) is small next to its shards' checks.
+_BATCH_SHARDS = 256
+
+
+def _batches(shards: int, workers: int) -> List[Tuple[int, int]]:
+    """[start, stop) shard ranges: about four per worker, at most _BATCH_SHARDS shards each."""
+    size = max(1, min(_BATCH_SHARDS, -(-shards // (4 * workers))))
+    return [(start, min(start + size, shards)) for start in range(0, shards, size)]
+
+
+_WORKER_JOB: Optional[Tuple[str, Manifest, str]] = None
+
+
+def _set_worker_job(dst: str, manifest: Manifest, mode: str) -> None:
+    global _WORKER_JOB
+    _WORKER_JOB = (dst, manifest, mode)
+
+
+def _check_batch_in_worker(batch: Tuple[int, int]) -> List[Tuple[List[Problem], int]]:
+    if _WORKER_JOB is None:
+        raise RuntimeError("verify worker used before its initializer ran")
+    return _check_batch(*_WORKER_JOB, batch)
+
+
+def _check_batch(dst: str, manifest: Manifest, mode: str, batch: Tuple[int, int]) -> List[Tuple[List[Problem], int]]:
+    return [check_shard(dst, manifest, number, mode) for number in range(*batch)]
 
 
 def _unreadable_format(dst: str, manifest: Manifest) -> Optional[Problem]:
@@ -133,7 +167,7 @@ def _unexpected_manifest(dst: str, expected: str) -> List[Problem]:
 
 def _extra_files(dst: str, manifest: Manifest) -> List[Problem]:
     """Files in shards/ that the manifest does not list (temporary files of a conversion included)."""
-    listed = {entry.path for entry in manifest.shards}
+    listed = set(manifest.shards.paths)
     shards_dir = Path(dst) / SHARDS_DIR
     if not shards_dir.is_dir():
         return []
@@ -150,13 +184,9 @@ def _key_of(reader: Any, index: int) -> Optional[str]:
         return None
 
 
-def _check_shard_job(job: Tuple[str, Manifest, int, str]) -> Tuple[List[Problem], int]:
-    dst, manifest, number, mode = job
-    return check_shard(dst, manifest, manifest.shards[number], mode)
-
-
-def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> Tuple[List[Problem], int]:
-    """Problems found in one shard, and how many samples were checked one by one."""
+def check_shard(dst: str, manifest: Manifest, number: int, mode: str) -> Tuple[List[Problem], int]:
+    """Problems found in shard `number`, and how many samples were checked one by one."""
+    entry = manifest.shards[number]
     path = os.path.join(dst, entry.path)
     problems: List[Problem] = []
 
@@ -199,7 +229,7 @@ def check_shard(dst: str, manifest: Manifest, entry: ShardEntry, mode: str) -> T
     samples = 0
     try:
         try:
-            manifest.check_identity(reader.dataset_id, path, manifest.shards.index(entry))
+            manifest.check_identity(reader.dataset_id, path, number)
         except CorruptShardError as exc:
             problem("identity", str(exc).replace(f"{path}: ", "", 1))
             return problems, 0

@@ -38,7 +38,7 @@ def readahead_by_size(total_bytes: int) -> Dict[str, Any]:
 
 
 class ShardWriter(abc.ABC):
-    """Writes one shard file at the path it was given; close() flushes and fsyncs it."""
+    """Writes one shard file at the path it was given; close() completes it (the sink fsyncs it)."""
 
     @abc.abstractmethod
     def append(self, sample: Encoded) -> None:
@@ -52,7 +52,7 @@ class ShardWriter(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None:
-        """Finish the file: write indexes and metadata, flush, fsync."""
+        """Finish the file: write indexes and metadata, flush (the sink fsyncs it before it counts)."""
 
     def abort(self) -> None:
         """Release resources after a failure; the caller deletes the file."""

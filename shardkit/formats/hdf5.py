@@ -19,7 +19,6 @@ import h5py
 import numpy as np
 
 from ..errors import CorruptShardError, UsageError
-from ..integrity import fsync_path
 from ..records import Encoded, EncodedRows
 from ..schema import COMPRESSIONS, SampleSchema
 from .base import ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
@@ -140,7 +139,6 @@ class HDF5Writer(ShardWriter):
             key_data, key_blocks = self._keys.finish()
             handle.create_dataset("keys", data=np.frombuffer(key_data, dtype=np.uint8), track_times=False)
             handle.create_dataset("key_blocks", data=key_blocks, track_times=False)
-        fsync_path(self._path)
         self.abort()
 
     def abort(self) -> None:

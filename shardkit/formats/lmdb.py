@@ -30,7 +30,6 @@ import lmdb
 import numpy as np
 
 from ..errors import CorruptSampleError, CorruptShardError, UsageError
-from ..integrity import fsync_path
 from ..openfiles import OPEN_FILES
 from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
@@ -211,7 +210,6 @@ class LMDBWriter(ShardWriter):
         self._env.sync(True)
         self._env.close()
         self._env = None
-        fsync_path(self._path)
 
     def abort(self) -> None:
         if self._env is not None:

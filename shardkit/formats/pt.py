@@ -103,8 +103,6 @@ class PTWriter(ShardWriter):
         # so the bytes do not depend on the (temporary) file name.
         with open(self._path, "wb") as handle:
             torch.save(shard, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
         del shard
         self._data = None
 

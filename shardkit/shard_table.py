@@ -1,0 +1,203 @@
+"""ShardTable: a manifest's shard list held as columns (numpy arrays and two string lists), so a
+dataset of 100,000 shards opens without building an object per shard; ShardEntry is made on demand."""
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from dataclasses import asdict, dataclass
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, overload
+
+import numpy as np
+
+from .errors import ManifestError
+
+SHARDS_DIR = "shards"
+#: Field names of a shard entry, in the order the manifest lists them.
+FIELDS = ("path", "num_samples", "first_index", "size", "sha256")
+#: A shard path that check_relative_path accepts for sure: one plain name directly in shards/.
+_PLAIN_PATH = re.compile(r"shards/(?!\.\.?\Z)[^/\\:]+\Z")
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard: where it is, how many samples from which global index, its size and hash."""
+
+    path: str
+    num_samples: int
+    first_index: int
+    size: int
+    sha256: str
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Plain JSON-ready dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "ShardEntry":
+        """Inverse of to_dict; raises ManifestError on missing or mistyped fields."""
+        try:
+            entry = cls(path=str(data["path"]), num_samples=int(data["num_samples"]),
+                        first_index=int(data["first_index"]), size=int(data["size"]),
+                        sha256=str(data["sha256"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ManifestError(f"manifest shard entry is malformed ({exc}): {data!r}") from None
+        check_relative_path(entry.path)
+        if entry.num_samples < 0 or entry.size < 0 or entry.first_index < 0:
+            raise ManifestError(f"manifest shard entry has negative numbers: {data!r}")
+        return entry
+
+
+def check_relative_path(path: str) -> None:
+    """Refuse shard paths that could point outside DST (absolute, '..', backslashes)."""
+    norm = posixpath.normpath(path)
+    if (not path or path.startswith("/") or "\\" in path or ":" in path
+            or norm.startswith("..") or norm != path or not norm.startswith(SHARDS_DIR + "/")):
+        raise ManifestError(f"manifest names an unsafe shard path {path!r}: "
+                            f"paths must be relative and inside {SHARDS_DIR}/")
+
+
+class ShardTable(Sequence[ShardEntry]):
+    """The shards of a manifest, column by column: paths, sha256s (lists of str) and num_samples,
+    first_index, sizes (int64 arrays). Indexing or iterating yields ShardEntry objects."""
+
+    def __init__(self, paths: List[str], num_samples: np.ndarray, first_index: np.ndarray, sizes: np.ndarray,
+                 sha256s: List[str]) -> None:
+        self.paths = paths
+        self.num_samples = num_samples
+        self.first_index = first_index
+        self.sizes = sizes
+        self.sha256s = sha256s
+
+    @classmethod
+    def from_entries(cls, entries: Iterable[ShardEntry]) -> "ShardTable":
+        """The table of ShardEntry objects (a conversion's or a merge's result)."""
+        entries = list(entries)
+        try:
+            counts, firsts, sizes = (np.array([getattr(entry, name) for entry in entries], dtype=np.int64)
+                                     for name in ("num_samples", "first_index", "size"))
+        except OverflowError:
+            raise ManifestError("manifest shard entry has a number of 2**63 or more") from None
+        return cls([entry.path for entry in entries], counts, firsts, sizes, [entry.sha256 for entry in entries])
+
+    @classmethod
+    def from_dicts(cls, items: Any) -> "ShardTable":
+        """Parse a manifest's "shards" list; ManifestError on any malformed or unsafe entry."""
+        columns = plain_columns(items)
+        if columns is None:
+            if not isinstance(items, list):
+                raise ManifestError(f"manifest shards must be a list, not {type(items).__name__}")
+            return cls.from_entries(ShardEntry.from_dict(item) for item in items)
+        return cls.from_columns(columns)
+
+    @classmethod
+    def from_columns(cls, columns: Dict[str, List[Any]]) -> "ShardTable":
+        """The table of plain_columns' result (already checked)."""
+        counts, firsts, sizes = (np.array(columns[name], dtype=np.int64)
+                                 for name in ("num_samples", "first_index", "size"))
+        return cls(columns["path"], counts, firsts, sizes, columns["sha256"])
+
+    def to_dicts(self) -> List[Dict[str, Any]]:
+        """The "shards" list of the manifest as written."""
+        return [{"path": path, "num_samples": count, "first_index": first, "size": size, "sha256": digest}
+                for path, count, first, size, digest in zip(self.paths, self.num_samples.tolist(),
+                                                            self.first_index.tolist(), self.sizes.tolist(),
+                                                            self.sha256s)]
+
+    def check_consistency(self, where: str) -> None:
+        """Shard indices must be contiguous and shard paths unique."""
+        expected = np.zeros(len(self), dtype=np.int64)
+        np.cumsum(self.num_samples[:-1], out=expected[1:])
+        wrong = np.flatnonzero(self.first_index != expected)
+        if len(wrong):
+            number = int(wrong[0])
+            raise ManifestError(f"{where}: shard {self.paths[number]} starts at index {self.first_index[number]}, "
+                                f"expected {expected[number]}")
+        if len(set(self.paths)) != len(self.paths):
+            seen = set()
+            for path in self.paths:
+                if path in seen:
+                    raise ManifestError(f"{where}: shard {path} is listed twice")
+                seen.add(path)
+
+    def joined(self, root: str) -> "JoinedPaths":
+        """Each shard's path under root, made when asked for."""
+        return JoinedPaths(root, self.paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    @overload
+    def __getitem__(self, number: int) -> ShardEntry: ...
+
+    @overload
+    def __getitem__(self, number: slice) -> List[ShardEntry]: ...
+
+    def __getitem__(self, number: Any) -> Any:
+        if isinstance(number, slice):
+            return [self[k] for k in range(*number.indices(len(self)))]
+        return ShardEntry(self.paths[number], int(self.num_samples[number]), int(self.first_index[number]),
+                          int(self.sizes[number]), self.sha256s[number])
+
+    def __iter__(self) -> Iterator[ShardEntry]:
+        return (self[number] for number in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ShardTable):
+            return self.to_dicts() == other.to_dicts()
+        if isinstance(other, list):
+            return list(self) == other
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"ShardTable({len(self)} shards)"
+
+
+class JoinedPaths(Sequence[str]):
+    """root/path of each shard, joined on access (no list of 100,000 strings up front)."""
+
+    def __init__(self, root: str, paths: List[str]) -> None:
+        self.root = root
+        self.paths = paths
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, number: Any) -> Any:
+        if isinstance(number, slice):
+            return [os.path.join(self.root, path) for path in self.paths[number]]
+        return os.path.join(self.root, self.paths[number])
+
+
+def plain_columns(items: Any) -> Optional[Dict[str, List[Any]]]:
+    """A manifest's "shards" list as columns when every entry is plain (exactly the five fields,
+    whole non-negative numbers below 2**63, str hashes, a plain name directly in shards/, as
+    shardkit writes them), else None: such a list is parsed entry by entry (ShardEntry.from_dict),
+    which accepts what it always accepted and names the bad entry."""
+    if not isinstance(items, list) or not all(type(item) is dict and len(item) == len(FIELDS) for item in items):
+        return None
+    try:
+        columns = {name: [item[name] for item in items] for name in FIELDS}
+    except KeyError:
+        return None
+    numbers = columns["num_samples"] + columns["first_index"] + columns["size"]
+    if not (all(type(value) is int and 0 <= value < 2 ** 63 for value in numbers)
+            and all(type(text) is str for text in columns["sha256"])
+            and all(type(path) is str and _PLAIN_PATH.match(path) for path in columns["path"])):
+        return None
+    return columns
+
+
+#: One entry of the canonical text (json.dumps, sorted keys, no spaces, ASCII) of a plain column set.
+_CANONICAL_ENTRY = '{"first_index":%d,"num_samples":%d,"path":%s,"sha256":%s,"size":%d}'
+
+
+def canonical_text(columns: Dict[str, List[Any]]) -> str:
+    """json.dumps(entries, sort_keys=True, separators=(",", ":"), ensure_ascii=True) of the entries
+    plain_columns made these columns from, built without json's per-object walk."""
+    quote = encode_basestring_ascii
+    return "[" + ",".join([_CANONICAL_ENTRY % (first, count, quote(path), quote(digest), size)
+                           for first, count, path, digest, size in zip(
+                               columns["first_index"], columns["num_samples"], columns["path"], columns["sha256"],
+                               columns["size"])]) + "]"
