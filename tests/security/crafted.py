@@ -6,7 +6,7 @@ import io
 import os
 import stat
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from shardkit.formats import get_format
 from shardkit.records import Encoded
@@ -25,6 +25,19 @@ def png_bytes(size: int = 8, colour: tuple = (200, 30, 30)) -> bytes:
     return out.getvalue()
 
 
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG whose header claims width x height RGB pixels and whose data holds one row: a
+    decompression bomb's header, and truncated data for any size over one row."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    header = chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+    data = chunk(b"IDAT", zlib.compress(b"\0" * (1 + 3 * width)))
+    return b"\x89PNG\r\n\x1a\n" + header + data + chunk(b"IEND", b"")
+
+
 def fake_ghostscript(folder: Path) -> Dict[str, str]:
     """A `gs` at the front of PATH that logs each call to folder/gs.log; the env to use it."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -41,15 +54,16 @@ def gs_calls(folder: Path) -> List[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-def one_image_dataset(tmp: Path, fmt: str, payload: Optional[bytes] = None) -> Path:
-    """A passthrough dataset of one labelled PNG; with payload, its shard is rewritten to hold
-    that payload instead (CRC32 correct) and the manifest resealed, as an attacker would."""
+def one_image_dataset(tmp: Path, fmt: str, payload: Optional[bytes] = None, **options: Any) -> Path:
+    """A passthrough dataset of one labelled PNG (convert options as given); with payload, its
+    shard is rewritten to hold that payload instead (CRC32 correct) and the manifest resealed,
+    as an attacker would."""
     import shardkit
     src = tmp / "src"
     (src / "cls").mkdir(parents=True)
     (src / "cls" / "a.png").write_bytes(png_bytes())
     dst = tmp / "dst"
-    shardkit.convert(str(src), str(dst), format=fmt, quiet=True)
+    shardkit.convert(str(src), str(dst), format=fmt, quiet=True, **options)
     if payload is not None:
         rewrite_shard(dst, [Encoded.make(payload, 0)])
     return dst
