@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .codecs.decode import check_payload_decodes
 from .errors import CorruptSampleError, CorruptShardError, ManifestError, SampleError, UsageError
 from .formats import get_format
+from .isolation import ChildKilled, run_isolated
 from .integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
 from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, ShardEntry, load_manifest
 from .progress import Progress
@@ -91,7 +92,9 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
             outcomes[number] = outcome
             bar.advance(1, manifest.shards[number].size)
 
-        if workers > 1 and len(jobs) > 1:
+        if get_format(manifest.format_name).crafted_files_crash:
+            run_isolated(_check_shard_job, jobs, workers, on_done=done, on_killed=_killed_check)
+        elif workers > 1 and len(jobs) > 1:
             # spawned, never forked: a fork of a threaded (torch) process can deadlock
             run_in_workers(_check_shard_job, jobs, workers, on_done=done)
         else:
@@ -148,6 +151,15 @@ def _key_of(reader: Any, index: int) -> Optional[str]:
         return None if reader is None else reader.key(index)
     except _READ_FAILURES:
         return None
+
+
+def _killed_check(job: Tuple[str, Manifest, int, str], error: ChildKilled) -> Tuple[List[Problem], int]:
+    """The outcome of a shard whose check crashed the process checking it."""
+    dst, manifest, number, _ = job
+    entry = manifest.shards[number]
+    return [Problem("structure", f"{os.path.join(dst, entry.path)}: the process checking this shard was "
+                                 f"{error} (a crafted or badly damaged {manifest.format_name} file)",
+                    shard=entry.path)], 0
 
 
 def _check_shard_job(job: Tuple[str, Manifest, int, str]) -> Tuple[List[Problem], int]:

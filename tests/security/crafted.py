@@ -82,3 +82,42 @@ def rewrite_shard(dst: Path, samples: List[Encoded]) -> Path:
     writer.close()
     reseal(dst)
     return path
+
+
+def overlong_lmdb_record(tmp: Path, images: int = 1, claimed: int = 4 << 20) -> Path:
+    """An LMDB dataset of noise PNGs (stored in overflow pages), one per shard, whose first
+    shard's record node and record header both claim `claimed` bytes, far past the end of the
+    file, resealed: LMDB hands out a value running past the file's end and the first read of it
+    dies of SIGBUS."""
+    import re
+    import struct
+
+    import numpy as np
+    from PIL import Image
+
+    import shardkit
+    from shardkit.formats.lmdb import RECORD, sample_key
+    src = tmp / "src" / "cls"
+    src.mkdir(parents=True)
+    for number in range(images):
+        out = io.BytesIO()
+        noise = np.random.default_rng(number).integers(0, 255, (64, 64, 3), dtype=np.uint8)
+        Image.fromarray(noise).save(out, "PNG")
+        (src / f"{number}.png").write_bytes(out.getvalue())
+    dst = tmp / "dst"
+    shardkit.convert(str(tmp / "src"), str(dst), format="lmdb", samples_per_shard=1, quiet=True)
+    path = dst / "shards" / "shard-00000.lmdb"
+    data = bytearray(path.read_bytes())
+    # leaf nodes of sample 0 (the live page and stale copies): size lo, hi, flags F_BIGDATA, key size 8
+    nodes = [match.start() for match in re.finditer(re.escape(b"\x01\x00\x08\x00" + sample_key(0)), bytes(data))]
+    assert nodes, "no overflow node for sample 0"
+    for node in nodes:
+        struct.pack_into("<HH", data, node - 4, claimed & 0xFFFF, claimed >> 16)
+    page = struct.unpack_from("<Q", data, nodes[-1] + 12)[0]
+    header = page * 4096 + 16                              # after the overflow page's header
+    fields = list(RECORD.unpack_from(data, header))
+    fields[5] = fields[6] = claimed - RECORD.size          # raw and stored lengths agree with the node
+    RECORD.pack_into(data, header, *fields)
+    path.write_bytes(bytes(data))
+    reseal(dst)
+    return dst
