@@ -1,7 +1,8 @@
 """Calls that a crafted file can crash (a C library dying of SIGBUS or SIGSEGV) run in spawned
 child processes, so the caller survives, sees the signal and reports the file.
 
-Each child is long-lived (one spawn per worker, not per call) and replaced after one dies.
+Each child is long-lived (one spawn per worker, not per call) and replaced after one dies; a
+context shared by every call (a dataset's manifest) is sent to each child once, not per call.
 """
 from __future__ import annotations
 
@@ -33,33 +34,36 @@ def describe_exit(code: Optional[int]) -> str:
     return f"exited with status {code}"
 
 
-def _serve(conn: Any) -> None:
-    """The child's loop: (function, item) in, (True, result) or (False, exception) out."""
+def _serve(conn: Any, context: Any) -> None:
+    """The child's loop: (function, item) in, (True, function(context, item)) or (False,
+    exception) out."""
     while True:
         try:
             function, item = conn.recv()
         except EOFError:
             return
         try:
-            outcome = (True, function(item))
+            outcome = (True, function(context, item))
         except BaseException as exc:  # noqa: BLE001 - handed back, the caller re-raises it
             outcome = (False, exc)
         conn.send(outcome)
 
 
 class IsolatedCalls:
-    """function(item) in one spawned child; after the child dies, the next call starts a new one."""
+    """function(context, item) in one spawned child; after the child dies, the next call starts
+    a new one."""
 
-    def __init__(self) -> None:
+    def __init__(self, context: Any = None) -> None:
+        self._context = context
         self._process: Any = None
         self._conn: Any = None
 
-    def call(self, function: Callable[[Any], Any], item: Any) -> Any:
-        """function(item)'s result or exception; ChildKilled when the child died running it."""
+    def call(self, function: Callable[[Any, Any], Any], item: Any) -> Any:
+        """function(context, item)'s result or exception; ChildKilled when the child died running it."""
         if self._process is None:
-            context = multiprocessing.get_context("spawn")   # never forked: see workers.run_in_workers
-            self._conn, child_end = context.Pipe()
-            self._process = context.Process(target=_serve, args=(child_end,), daemon=True)
+            spawn = multiprocessing.get_context("spawn")   # never forked: see workers.run_in_workers
+            self._conn, child_end = spawn.Pipe()
+            self._process = spawn.Process(target=_serve, args=(child_end, self._context), daemon=True)
             self._process.start()
             child_end.close()
         try:
@@ -92,11 +96,12 @@ class IsolatedCalls:
         self.close()
 
 
-def run_isolated(function: Callable[[Any], Any], items: Sequence[Any], workers: int,
-                 on_done: Callable[[int, Any], None], on_killed: Callable[[Any, ChildKilled], Any]) -> None:
-    """function(item) for every item in up to `workers` children; on_done(index, result) in the
-    calling thread as each ends, with on_killed(item, error)'s value as the result of an item
-    whose child died. An exception from function stops the run and propagates."""
+def run_isolated(function: Callable[[Any, Any], Any], items: Sequence[Any], workers: int,
+                 on_done: Callable[[int, Any], None], on_killed: Callable[[Any, ChildKilled], Any],
+                 context: Any = None) -> None:
+    """function(context, item) for every item in up to `workers` children; on_done(index,
+    result) in the calling thread as each ends, with on_killed(item, error)'s value as the result
+    of an item whose child died. An exception from function stops the run and propagates."""
     todo: "queue.Queue[int]" = queue.Queue()
     for index in range(len(items)):
         todo.put(index)
@@ -104,7 +109,7 @@ def run_isolated(function: Callable[[Any], Any], items: Sequence[Any], workers: 
     stop = threading.Event()
 
     def work() -> None:
-        with IsolatedCalls() as calls:
+        with IsolatedCalls(context) as calls:
             while not stop.is_set():
                 try:
                     index = todo.get_nowait()

@@ -93,7 +93,8 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
             bar.advance(1, manifest.shards[number].size)
 
         if get_format(manifest.format_name).crafted_files_crash:
-            run_isolated(_check_shard_job, jobs, workers, on_done=done, on_killed=_killed_check)
+            run_isolated(_check_numbered_shard, range(len(jobs)), workers, on_done=done, context=(dst, manifest, mode),
+                         on_killed=lambda number, error: _killed_check(dst, manifest, number, error))
         elif workers > 1 and len(jobs) > 1:
             # spawned, never forked: a fork of a threaded (torch) process can deadlock
             run_in_workers(_check_shard_job, jobs, workers, on_done=done)
@@ -153,9 +154,13 @@ def _key_of(reader: Any, index: int) -> Optional[str]:
         return None
 
 
-def _killed_check(job: Tuple[str, Manifest, int, str], error: ChildKilled) -> Tuple[List[Problem], int]:
+def _check_numbered_shard(context: Tuple[str, Manifest, str], number: int) -> Tuple[List[Problem], int]:
+    dst, manifest, mode = context
+    return check_shard(dst, manifest, manifest.shards[number], mode)
+
+
+def _killed_check(dst: str, manifest: Manifest, number: int, error: ChildKilled) -> Tuple[List[Problem], int]:
     """The outcome of a shard whose check crashed the process checking it."""
-    dst, manifest, number, _ = job
     entry = manifest.shards[number]
     return [Problem("structure", f"{os.path.join(dst, entry.path)}: the process checking this shard was "
                                  f"{error} (a crafted or badly damaged {manifest.format_name} file)",

@@ -47,7 +47,7 @@ def test_the_other_shards_are_still_checked(tmp_path: Path, workers: int) -> Non
     assert (report.shards_checked, report.samples_checked) == (3, 2)
 
 
-def _signal_self(number: int) -> int:
+def _signal_self(context: None, number: int) -> int:
     os.kill(os.getpid(), number)
     return number
 
@@ -57,11 +57,23 @@ def test_a_child_killed_by_a_real_signal_is_reported_and_replaced() -> None:
         with pytest.raises(ChildKilled, match="killed by SIGBUS") as caught:
             calls.call(_signal_self, signal.SIGBUS)
         assert caught.value.exitcode == -signal.SIGBUS
-        assert calls.call(abs, -3) == 3                     # a fresh child
+        assert calls.call(_add, 3) == 4                     # a fresh child
         with pytest.raises(ZeroDivisionError):
             calls.call(_divide_by_zero, 1)                  # ordinary exceptions come back as such
-        assert calls.call(abs, -4) == 4
+        assert calls.call(_add, 4) == 5
 
 
-def _divide_by_zero(value: int) -> float:
+def test_the_context_reaches_every_child() -> None:
+    with IsolatedCalls(context=10) as calls:
+        assert calls.call(_add, 1) == 11
+        with pytest.raises(ChildKilled):
+            calls.call(_signal_self, signal.SIGSEGV)
+        assert calls.call(_add, 2) == 12                    # the new child got it too
+
+
+def _add(context: object, value: int) -> int:
+    return value + (context if isinstance(context, int) else 1)
+
+
+def _divide_by_zero(context: object, value: int) -> float:
     return value / 0
