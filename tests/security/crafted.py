@@ -25,16 +25,16 @@ def png_bytes(size: int = 8, colour: tuple = (200, 30, 30)) -> bytes:
     return out.getvalue()
 
 
-def png_header_only(width: int, height: int) -> bytes:
-    """A PNG whose header claims width x height RGB pixels and whose data holds one row: a
-    decompression bomb's header, and truncated data for any size over one row."""
+def png_header_only(width: int, height: int, idat: Optional[bytes] = None) -> bytes:
+    """A PNG whose header claims width x height RGB pixels and whose data holds one row (or the
+    given IDAT bytes): a decompression bomb's header."""
     import struct
     import zlib
 
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
     header = chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-    data = chunk(b"IDAT", zlib.compress(b"\0" * (1 + 3 * width)))
+    data = chunk(b"IDAT", zlib.compress(b"\0" * (1 + 3 * width)) if idat is None else idat)
     return b"\x89PNG\r\n\x1a\n" + header + data + chunk(b"IEND", b"")
 
 

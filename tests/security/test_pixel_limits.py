@@ -91,11 +91,15 @@ def test_readers_and_verify_apply_the_recorded_limit(tmp_path: Path, fmt: str) -
     assert len(lines) == 1 and "sample 0" in lines[0]
 
 
-def test_the_header_is_checked_before_decoding(tmp_path: Path) -> None:
-    """A header claiming 2000 x 1000 pixels with one row of data: refused for its size, so its
-    (truncated) pixel data is never decoded."""
-    dst = one_image_dataset(tmp_path, "pt", payload=png_header_only(2000, 1000), max_image_pixels=10 ** 6)
-    with pytest.raises(CorruptSampleError, match="decompression bomb refused .2000 x 1000"):
+@pytest.mark.parametrize("limit, problem", [(10 ** 6, "decompression bomb refused .2000 x 1000"),
+                                            (10 ** 7, "image does not decode")])
+def test_the_header_is_checked_before_decoding(tmp_path: Path, limit: int, problem: str) -> None:
+    """A header claiming 2000 x 1000 pixels over pixel data that is not zlib: under a lower
+    limit it is refused for its size, so the data is never decoded (under a higher one,
+    decoding it fails)."""
+    payload = png_header_only(2000, 1000, idat=b"not zlib data")
+    dst = one_image_dataset(tmp_path, "pt", payload=payload, max_image_pixels=limit)
+    with pytest.raises(CorruptSampleError, match=problem):
         shardkit.open_dataset(dst)[0]
 
 
