@@ -3,9 +3,11 @@ child processes, so the caller survives, sees the signal and reports the file.
 
 Each child is long-lived (one spawn per worker, not per call) and replaced after one dies; a
 context shared by every call (a dataset's manifest) is sent to each child once, not per call.
+What comes back from a child, which has just read untrusted bytes, is JSON, never a pickle.
 """
 from __future__ import annotations
 
+import json
 import multiprocessing
 import queue
 import signal
@@ -14,6 +16,10 @@ from typing import Any, Callable, List, Optional, Sequence
 
 #: Seconds a child gets to exit after its pipe closes before it is killed.
 STOP_GRACE = 5.0
+
+
+class ChildFailed(RuntimeError):
+    """The function raised in the child: its exception's type name and message."""
 
 
 class ChildKilled(Exception):
@@ -35,18 +41,18 @@ def describe_exit(code: Optional[int]) -> str:
 
 
 def _serve(conn: Any, context: Any) -> None:
-    """The child's loop: (function, item) in, (True, function(context, item)) or (False,
-    exception) out."""
+    """The child's loop: (function, item) in, JSON [true, function(context, item)] or
+    [false, "Type: message"] out."""
     while True:
         try:
             function, item = conn.recv()
         except EOFError:
             return
         try:
-            outcome = (True, function(context, item))
-        except BaseException as exc:  # noqa: BLE001 - handed back, the caller re-raises it
-            outcome = (False, exc)
-        conn.send(outcome)
+            outcome = [True, function(context, item)]
+        except BaseException as exc:  # noqa: BLE001 - handed back, the caller raises ChildFailed
+            outcome = [False, f"{type(exc).__name__}: {exc}"]
+        conn.send_bytes(json.dumps(outcome).encode())
 
 
 class IsolatedCalls:
@@ -59,7 +65,8 @@ class IsolatedCalls:
         self._conn: Any = None
 
     def call(self, function: Callable[[Any, Any], Any], item: Any) -> Any:
-        """function(context, item)'s result or exception; ChildKilled when the child died running it."""
+        """function(context, item)'s JSON-able result; ChildFailed for its exception, ChildKilled
+        when the child died running it."""
         if self._process is None:
             spawn = multiprocessing.get_context("spawn")   # never forked: see workers.run_in_workers
             self._conn, child_end = spawn.Pipe()
@@ -68,14 +75,14 @@ class IsolatedCalls:
             child_end.close()
         try:
             self._conn.send((function, item))
-            ok, value = self._conn.recv()
+            ok, value = json.loads(self._conn.recv_bytes())
         except (EOFError, OSError):
             process, self._process = self._process, None
             self._conn.close()
             process.join()
             raise ChildKilled(process.exitcode) from None
         if not ok:
-            raise value
+            raise ChildFailed(value)
         return value
 
     def close(self) -> None:
@@ -139,4 +146,4 @@ def run_isolated(function: Callable[[Any, Any], Any], items: Sequence[Any], work
             thread.join()
 
 
-__all__ = ["ChildKilled", "IsolatedCalls", "describe_exit", "run_isolated"]
+__all__ = ["ChildFailed", "ChildKilled", "IsolatedCalls", "describe_exit", "run_isolated"]

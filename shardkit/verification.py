@@ -92,8 +92,12 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
             outcomes[number] = outcome
             bar.advance(1, manifest.shards[number].size)
 
+        def done_json(number: int, outcome: Any) -> None:
+            done(number, ([Problem(**problem) for problem in outcome[0]], int(outcome[1])))
+
         if get_format(manifest.format_name).crafted_files_crash:
-            run_isolated(_check_numbered_shard, range(len(jobs)), workers, on_done=done, context=(dst, manifest, mode),
+            run_isolated(_check_numbered_shard, range(len(jobs)), workers, on_done=done_json,
+                         context=(dst, manifest, mode),
                          on_killed=lambda number, error: _killed_check(dst, manifest, number, error))
         elif workers > 1 and len(jobs) > 1:
             # spawned, never forked: a fork of a threaded (torch) process can deadlock
@@ -154,17 +158,20 @@ def _key_of(reader: Any, index: int) -> Optional[str]:
         return None
 
 
-def _check_numbered_shard(context: Tuple[str, Manifest, str], number: int) -> Tuple[List[Problem], int]:
+def _check_numbered_shard(context: Tuple[str, Manifest, str], number: int) -> Any:
+    """check_shard in a child process, as JSON-able data (the parent never unpickles it)."""
     dst, manifest, mode = context
-    return check_shard(dst, manifest, manifest.shards[number], mode)
+    problems, samples = check_shard(dst, manifest, manifest.shards[number], mode)
+    return [[problem.to_dict() for problem in problems], samples]
 
 
-def _killed_check(dst: str, manifest: Manifest, number: int, error: ChildKilled) -> Tuple[List[Problem], int]:
-    """The outcome of a shard whose check crashed the process checking it."""
+def _killed_check(dst: str, manifest: Manifest, number: int, error: ChildKilled) -> Any:
+    """The outcome of a shard whose check crashed the process checking it (as _check_numbered_shard's)."""
     entry = manifest.shards[number]
-    return [Problem("structure", f"{os.path.join(dst, entry.path)}: the process checking this shard was "
-                                 f"{error} (a crafted or badly damaged {manifest.format_name} file)",
-                    shard=entry.path)], 0
+    problem = Problem("structure", f"{os.path.join(dst, entry.path)}: the process checking this shard was "
+                                   f"{error} (a crafted or badly damaged {manifest.format_name} file)",
+                      shard=entry.path)
+    return [[problem.to_dict()], 0]
 
 
 def _check_shard_job(job: Tuple[str, Manifest, int, str]) -> Tuple[List[Problem], int]:

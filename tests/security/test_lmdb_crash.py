@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import shardkit
-from shardkit.isolation import ChildKilled, IsolatedCalls
+from shardkit.isolation import ChildFailed, ChildKilled, IsolatedCalls
 from tests.faults.helpers import cli_env, run_cli
 from tests.security.crafted import overlong_lmdb_record
 
@@ -58,8 +58,8 @@ def test_a_child_killed_by_a_real_signal_is_reported_and_replaced() -> None:
             calls.call(_signal_self, signal.SIGBUS)
         assert caught.value.exitcode == -signal.SIGBUS
         assert calls.call(_add, 3) == 4                     # a fresh child
-        with pytest.raises(ZeroDivisionError):
-            calls.call(_divide_by_zero, 1)                  # ordinary exceptions come back as such
+        with pytest.raises(ChildFailed, match="ZeroDivisionError: division by zero"):
+            calls.call(_divide_by_zero, 1)                  # ordinary exceptions come back by name
         assert calls.call(_add, 4) == 5
 
 
