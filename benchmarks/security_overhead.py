@@ -10,6 +10,7 @@ Medians over the repeats, and the median of the per-repeat ratios candidate/base
 
     git archive BASE | tar -x -C /tmp/base
     PYTHONPATH=. python benchmarks/security_overhead.py --baseline /tmp/base --repeats 7
+    PYTHONPATH=. python benchmarks/security_overhead.py --baseline /tmp/base --samples-per-shard 0
 """
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", required=True, help="a checkout of the code to compare against")
     parser.add_argument("--images", type=int, default=600)
-    parser.add_argument("--samples-per-shard", type=int, default=10)
+    parser.add_argument("--samples-per-shard", type=int, default=10,
+                        help="0: the default shard size (%(default)s samples per shard otherwise)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--formats", default="hdf5,lmdb,pt")
     args = parser.parse_args()
@@ -71,7 +73,7 @@ def main() -> int:
         make_image_tree(src, num_images=args.images, seed=0)
         for fmt in args.formats.split(","):
             dst = os.path.join(tmp, fmt)
-            shardkit.convert(src, dst, format=fmt, samples_per_shard=args.samples_per_shard, quiet=True)
+            shardkit.convert(src, dst, format=fmt, samples_per_shard=args.samples_per_shard or None, quiet=True)
             times: Dict[str, Dict[str, List[float]]] = {"baseline": {}, "candidate": {}}
             ratios: Dict[str, List[float]] = {}
             for repeat in range(args.repeats):

@@ -10,7 +10,7 @@ import numpy as np
 import torch.utils.data
 
 from .codecs.decode import make_decoder
-from .errors import CorruptShardError, UsageError
+from .errors import CorruptSampleError, CorruptShardError, SampleError, UsageError
 from .formats import SampleChecks, ShardReader, check_version, get_format, open_checked
 from .handles import ShardHandles, default_max_open_shards
 from .integrity import hash_shard_file
@@ -226,7 +226,10 @@ class ShardDataset(torch.utils.data.Dataset):
     def finish(self, encoded: Encoded, index: Optional[int] = None) -> Any:
         """A stored record as __getitem__ returns it: decoded, transformed, with its label (and its
         key with return_key, which needs the global index)."""
-        sample = self._decoder(encoded.payload)
+        try:
+            sample = self._decoder(encoded.payload)
+        except SampleError as exc:      # Pillow's verdict on stored bytes: a corrupt sample here
+            raise self._undecodable(index, exc) from None
         if self.as_dict:
             if self.return_key:
                 sample["__key__"] = self.key(index)
@@ -240,6 +243,14 @@ class ShardDataset(torch.utils.data.Dataset):
         if self.target_transform is not None:
             label = self.target_transform(label)
         return (sample, label, *key)
+
+    def _undecodable(self, index: Optional[int], exc: SampleError) -> CorruptShardError:
+        """The error for stored bytes that do not decode, naming the shard and sample."""
+        if index is None:
+            return CorruptShardError(f"a sample does not decode ({exc})", path=self.root)
+        shard, local = self.locate(index)
+        return CorruptSampleError(self._paths[shard], local, str(exc),
+                                  shard=self._names[shard], global_index=index)
 
     def _as_dict(self, row: Dict[str, Any], label: Any) -> Any:
         """as_dict=True: the label joins the row under its column name, then transform sees it all."""

@@ -172,6 +172,7 @@ class ImageOptions(SourceOptions):
     quality: Optional[int] = option("--quality")
     background: str = option("--background", DEFAULT_BACKGROUND)
     validate: str = option("--validate", DEFAULT_VALIDATE)
+    max_image_pixels: Optional[int] = option("--max-image-pixels")   # None: codecs/image.py's default
     labels: Optional[str] = option("--labels")
     path_column: str = option("--path-column", DEFAULT_PATH_COLUMN)
     label_column: str = option("--label-column", DEFAULT_LABEL_COLUMN)
@@ -195,7 +196,8 @@ class ImageOptions(SourceOptions):
     def codec_options(self) -> Dict[str, Any]:
         """make_image_codec keywords (the codec validates their combination)."""
         return {"mode": self.image_mode, "resize": self.resize, "size": tuple(self.size) if self.size else None,
-                "quality": self.quality, "background": self.background, "validate": self.validate}
+                "quality": self.quality, "background": self.background, "validate": self.validate,
+                "max_image_pixels": self.max_image_pixels}
 
 
 @dataclass(frozen=True)

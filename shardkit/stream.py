@@ -107,7 +107,7 @@ class ShardStream(torch.utils.data.IterableDataset):
         rng = np.random.default_rng([self.seed, self.epoch, self.rank, part])
         for position, (index, encoded) in enumerate(self._shuffled(self.worker_segments(part, workers), rng)):
             if position >= skip:
-                yield self.dataset.finish(encoded)
+                yield self.dataset.finish(encoded, index)
 
     def _shuffled(self, segments: List[Segment], rng: np.random.Generator) -> Iterator[Tuple[int, Any]]:
         """(index, stored record) read shard by shard, through the shuffle buffer."""

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .codecs.decode import check_payload_decodes
 from .errors import CorruptSampleError, CorruptShardError, ManifestError, SampleError, UsageError
 from .formats import READ_FAILURES, get_format
+from .isolation import ChildKilled, IsolatedCalls, run_isolated
 from .integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
 from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, load_manifest
 from .progress import Progress
@@ -93,7 +94,15 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
             start, stop = batches[number]
             bar.advance(stop - start, int(manifest.shards.sizes[start:stop].sum()))
 
-        if workers > 1 and len(batches) > 1:
+        def done_json(number: int, outcome: Any) -> None:
+            done(number, [([Problem(**problem) for problem in problems], int(samples))
+                          for problems, samples in outcome])
+
+        if get_format(manifest.format_name).crafted_files_crash:
+            # each batch in a child process that a crafted file may kill without killing verify
+            run_isolated(_check_batch_isolated, batches, workers, on_done=done_json, context=(dst, manifest, mode),
+                         on_killed=lambda batch, error: _killed_batch(dst, manifest, mode, batch, error))
+        elif workers > 1 and len(batches) > 1:
             # spawned, never forked: a fork of a threaded (torch) process can deadlock; the manifest
             # goes to each worker once (initializer), not with every batch
             run_in_workers(_check_batch_in_worker, batches, workers, on_done=done, initializer=_set_worker_job,
@@ -182,6 +191,45 @@ def _key_of(reader: Any, index: int) -> Optional[str]:
         return None if reader is None else reader.key(index)
     except _READ_FAILURES:
         return None
+
+
+def _check_batch_isolated(context: Tuple[str, Manifest, str], batch: Tuple[int, int]) -> Any:
+    """_check_batch in a child process, as JSON-able data (the parent never unpickles it)."""
+    return [_as_json(outcome) for outcome in _check_batch(*context, batch)]
+
+
+def _check_numbered_shard(context: Tuple[str, Manifest, str], number: int) -> Any:
+    """check_shard in a child process, as JSON-able data."""
+    dst, manifest, mode = context
+    return _as_json(check_shard(dst, manifest, number, mode))
+
+
+def _as_json(outcome: Tuple[List[Problem], int]) -> Any:
+    problems, samples = outcome
+    return [[problem.to_dict() for problem in problems], samples]
+
+
+def _killed_batch(dst: str, manifest: Manifest, mode: str, batch: Tuple[int, int], error: ChildKilled) -> Any:
+    """A batch whose checking child died: its shards again, each in a child of its own, to name the one."""
+    if batch[1] - batch[0] == 1:
+        return [_killed_check(dst, manifest, batch[0], error)]
+    outcomes = []
+    with IsolatedCalls((dst, manifest, mode)) as calls:
+        for number in range(*batch):
+            try:
+                outcomes.append(calls.call(_check_numbered_shard, number))
+            except ChildKilled as exc:
+                outcomes.append(_killed_check(dst, manifest, number, exc))
+    return outcomes
+
+
+def _killed_check(dst: str, manifest: Manifest, number: int, error: ChildKilled) -> Any:
+    """The outcome of a shard whose check crashed the process checking it (as _check_numbered_shard's)."""
+    entry = manifest.shards[number]
+    problem = Problem("structure", f"{os.path.join(dst, entry.path)}: the process checking this shard was "
+                                   f"{error} (a crafted or badly damaged {manifest.format_name} file)",
+                      shard=entry.path)
+    return [[problem.to_dict()], 0]
 
 
 def check_shard(dst: str, manifest: Manifest, number: int, mode: str) -> Tuple[List[Problem], int]:

@@ -5,7 +5,7 @@ from typing import Any, Optional, Tuple
 
 import click
 
-from ..codecs.image import IMAGE_MODES
+from ..codecs.image import DEFAULT_MAX_IMAGE_PIXELS, IMAGE_MODES
 from ..codecs.validate import DEFAULT_VALIDATE, VALIDATE_MODES
 from ..conversion import convert
 from ..formats import format_names
@@ -31,6 +31,9 @@ from .output import echo_json
 @click.option("--validate", type=click.Choice(VALIDATE_MODES), default=None,
               help=f"passthrough: decode every image (full), check headers and end markers (fast), "
                    f"or only sniff the format (none) [default: {DEFAULT_VALIDATE}].")
+@click.option("--max-image-pixels", type=int, default=None, metavar="N",
+              help=f"Refuse images of more than N pixels, from their header, before decoding; recorded "
+                   f"in the manifest and applied by verify --deep and readers [default: {DEFAULT_MAX_IMAGE_PIXELS}].")
 @click.option("--compression", type=click.Choice(COMPRESSIONS), default=None,
               help=f"Storage compression [default: {DEFAULT_COMPRESSION}].")
 @click.option("--compression-level", type=int, default=None, help="gzip level 0-9.")

@@ -14,7 +14,6 @@ and a write into a mapped shard would crash or change later reads.
 from __future__ import annotations
 
 import io
-import warnings
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -73,28 +72,25 @@ def _background(schema: SampleSchema) -> Tuple[int, int, int]:
     return parse_background(schema.codec.get("background", DEFAULT_BACKGROUND))
 
 
-def make_image_decoder(background: Tuple[int, int, int] = (255, 255, 255),
-                       formats: Sequence[str] = ()) -> Callable[[Payload], Any]:
+def max_image_pixels(schema: SampleSchema) -> int:
+    """The pixel limit the manifest records (--max-image-pixels; the default for older datasets)."""
+    from .image import DEFAULT_MAX_IMAGE_PIXELS
+    value = schema.codec.get("max_image_pixels")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else DEFAULT_MAX_IMAGE_PIXELS
+
+
+def make_image_decoder(background: Tuple[int, int, int] = (255, 255, 255), formats: Sequence[str] = (),
+                       max_pixels: Optional[int] = None) -> Callable[[Payload], Any]:
     """payload bytes -> upright 8-bit RGB PIL image (the conversion's colour handling); only
-    images in `formats` (default: every allowed format) are opened."""
-    from .image import IMAGE_FORMATS
+    images in `formats` (default: every allowed format) of at most max_pixels are opened, and
+    whatever goes wrong in Pillow is a SampleError (the dataset adds shard and index)."""
+    from .image import DEFAULT_MAX_IMAGE_PIXELS, IMAGE_FORMATS
     allowed = tuple(formats) or IMAGE_FORMATS
+    limit = max_pixels or DEFAULT_MAX_IMAGE_PIXELS
 
     def decode(payload: Payload) -> Any:
-        from .image import apply_orientation, open_image, to_rgb
-        from PIL import Image
-
-        from ..errors import SampleError
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)     # Pillow's notes on odd metadata (EXIF)
-                # The conversion's pixel limit, not Pillow's twice-as-large hard one.
-                warnings.simplefilter("error", Image.DecompressionBombWarning)
-                image = open_image(_as_bytes_io(payload), allowed)
-                image.load()
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-            raise SampleError(f"decompression bomb refused ({exc})") from None
-        return to_rgb(apply_orientation(image), background)
+        from .image import apply_orientation, decode_fully, to_rgb
+        return to_rgb(apply_orientation(decode_fully(_as_bytes_io(payload), allowed, limit)), background)
     return decode
 
 
@@ -127,7 +123,7 @@ def make_decoder(schema: SampleSchema, mode: Optional[str], source: Optional[Dic
             return array_to_tensor
         from PIL import Image
         return lambda payload: Image.fromarray(np.ascontiguousarray(payload))
-    decode_pil = make_image_decoder(_background(schema), image_formats(schema, source))
+    decode_pil = make_image_decoder(_background(schema), image_formats(schema, source), max_image_pixels(schema))
     if mode == "pil":
         return decode_pil
     if mode == "numpy":
@@ -141,4 +137,4 @@ def check_payload_decodes(schema: SampleSchema, payload: Payload,
     record allows (used by verify --deep)."""
     if schema.kind == "image" and not schema.is_array:
         from .image import open_checked
-        open_checked(bytes(payload), formats=image_formats(schema, source))
+        open_checked(bytes(payload), formats=image_formats(schema, source), max_pixels=max_image_pixels(schema))

@@ -37,6 +37,9 @@ IMAGE_MODES = ("passthrough", "jpeg", "png", "webp", "raw")
 REENCODE_MODES = ("jpeg", "png", "webp")
 LOSSY_MODES = ("jpeg", "webp")
 DEFAULT_QUALITY = 90
+#: Default of --max-image-pixels: Pillow's own default MAX_IMAGE_PIXELS (1 GiB / 4 / 3), so
+#: datasets written before the option decode exactly as they did. Recorded in the manifest.
+DEFAULT_MAX_IMAGE_PIXELS = 89_478_485
 #: Largest --resize / --size side (WebP's limit is 16383; larger training images are unusual).
 MAX_SIDE = 16384
 #: Resampling filter of --resize and of raw mode's resize (Pillow's Lanczos, antialiased).
@@ -79,33 +82,58 @@ def recorded_formats(codec: Dict[str, Any], detected: Any = None) -> Tuple[str, 
     return IMAGE_FORMATS
 
 
-def open_image(stream: Any, formats: Sequence[str] = IMAGE_FORMATS) -> Any:
-    """Image.open limited to the allowed formats (never a plugin that runs another program)."""
+def pillow_pixel_ceiling() -> Optional[int]:
+    """Pillow's process-wide hard limit (2 x Image.MAX_IMAGE_PIXELS; None when switched off),
+    which shardkit never changes: Pillow refuses larger images before any check of ours."""
     from PIL import Image
-    return Image.open(stream, formats=[name for name in formats if name in IMAGE_FORMATS])
+    return None if Image.MAX_IMAGE_PIXELS is None else 2 * int(Image.MAX_IMAGE_PIXELS)
 
 
-def open_checked(data: bytes, *, draft: bool = False, min_size: Optional[Tuple[int, int]] = None,
-                 formats: Sequence[str] = IMAGE_FORMATS) -> Any:
-    """Decode every byte of an image (its first frame) in one of `formats`, or raise SampleError.
+def check_max_image_pixels(value: Any) -> int:
+    """--max-image-pixels as an int, or UsageError (at least 1, at most Pillow's hard limit)."""
+    ceiling = pillow_pixel_ceiling()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (ceiling and value > ceiling):
+        raise UsageError(f"--max-image-pixels must be a whole number from 1 to {ceiling or 'any'} "
+                         f"(Pillow's hard limit, 2 x PIL.Image.MAX_IMAGE_PIXELS), not {value!r}")
+    return value
 
-    JPEG only: draft decodes at 1/8 DCT scale (a fast integrity check); min_size lets the
-    decoder use the smallest DCT scale that keeps both sides at least min_size.
-    Pillow's decompression-bomb limit is enforced: exceeding MAX_IMAGE_PIXELS is an error here.
-    """
+
+def open_image(stream: Any, formats: Sequence[str] = IMAGE_FORMATS,
+               max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> Any:
+    """Image.open limited to the allowed formats (never a plugin that runs another program) and
+    to images of at most max_pixels, read from the header before any pixel is decoded;
+    SampleError for a larger one. Pillow's global limit is left as it is."""
     from PIL import Image
-    if not data:
-        raise SampleError("empty file (0 bytes)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)    # max_pixels is the limit
+            image = Image.open(stream, formats=[name for name in formats if name in IMAGE_FORMATS])
+    except Image.DecompressionBombError as exc:
+        raise SampleError(f"decompression bomb refused ({exc})") from None
+    width, height = image.size
+    if width * height > max_pixels:
+        raise SampleError(f"decompression bomb refused ({width} x {height} = {width * height} pixels, "
+                          f"more than the limit of {max_pixels}, --max-image-pixels)")
+    return image
+
+
+def decode_fully(stream: Any, formats: Sequence[str], max_pixels: int, *,
+                 draft_to: Optional[Any] = None) -> Any:
+    """open_image, then decode every pixel of the first frame, or raise SampleError whatever
+    Pillow raises (damaged data, a format not allowed, too many pixels). draft_to(image) may
+    give a JPEG's reduced decode size."""
+    from PIL import Image
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)     # Pillow's notes on odd metadata (EXIF)
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = open_image(io.BytesIO(data), formats)
-            if image.format == "JPEG" and (draft or min_size):
-                wanted = (max(1, image.width // 8), max(1, image.height // 8)) if draft else min_size
+            image = open_image(stream, formats, max_pixels)
+            wanted = draft_to(image) if draft_to is not None and image.format == "JPEG" else None
+            if wanted:
                 image.draft("RGB", wanted)
             image.load()
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+    except SampleError:
+        raise
+    except Image.DecompressionBombError as exc:
         raise SampleError(f"decompression bomb refused ({exc})") from None
     except Image.UnidentifiedImageError:
         raise SampleError("not an image Pillow can identify in an allowed format "
@@ -113,6 +141,22 @@ def open_checked(data: bytes, *, draft: bool = False, min_size: Optional[Tuple[i
     except Exception as exc:  # noqa: BLE001 - Pillow raises many types on damaged data (struct.error, ...)
         raise SampleError(f"image does not decode ({type(exc).__name__}: {exc})") from None
     return image
+
+
+def open_checked(data: bytes, *, draft: bool = False, min_size: Optional[Tuple[int, int]] = None,
+                 formats: Sequence[str] = IMAGE_FORMATS, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> Any:
+    """Decode every byte of an image (its first frame) in one of `formats`, or raise SampleError.
+
+    JPEG only: draft decodes at 1/8 DCT scale (a fast integrity check); min_size lets the
+    decoder use the smallest DCT scale that keeps both sides at least min_size.
+    An image of more than max_pixels is refused from its header (--max-image-pixels).
+    """
+    if not data:
+        raise SampleError("empty file (0 bytes)")
+
+    def draft_to(image: Any) -> Optional[Tuple[int, int]]:
+        return (max(1, image.width // 8), max(1, image.height // 8)) if draft else min_size
+    return decode_fully(io.BytesIO(data), formats, max_pixels, draft_to=draft_to)
 
 
 def apply_orientation(image: Any) -> Any:
@@ -217,6 +261,7 @@ class ImageCodec:
     quality: Optional[int] = None                   # jpeg/webp
     background: Tuple[int, int, int] = (255, 255, 255)
     validate: str = DEFAULT_VALIDATE                # passthrough: full | fast | none (codecs/validate.py)
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS  # larger images are refused from their header
 
     @property
     def background_hex(self) -> str:
@@ -240,7 +285,7 @@ class ImageCodec:
     def describe(self) -> Dict[str, Any]:
         """What the manifest records about this codec (schema.codec); decode reads it back."""
         info: Dict[str, Any] = {"image_mode": self.mode, "background": self.background_hex,
-                                "orientation": "exif"}
+                                "orientation": "exif", "max_image_pixels": self.max_image_pixels}
         if self.mode in REENCODE_MODES:
             name, options = ENCODERS[self.mode]
             info.update({"resize": self.resize, "resample": RESAMPLE, "encoder": name,
@@ -266,10 +311,10 @@ class ImageCodec:
         if self.mode == "passthrough" and self.validate != DEFAULT_VALIDATE:
             return data, self._check_without_decoding(data)
         if self.mode == "passthrough":
-            image = open_checked(data, draft=True)
+            image = open_checked(data, draft=True, max_pixels=self.max_image_pixels)
             to_rgb(image, self.background)      # proves the colour mode converts at read time
             return data, str(image.format or "unknown")
-        image = open_checked(data, min_size=self._draft_size())
+        image = open_checked(data, min_size=self._draft_size(), max_pixels=self.max_image_pixels)
         detected = str(image.format or "unknown")
         try:
             pixels = to_rgb(apply_orientation(image), self.background)
@@ -288,7 +333,7 @@ class ImageCodec:
         """--validate fast or none: the detected format, or SampleError."""
         if self.validate == "none":
             return sniff(data)
-        return check_structure(data, IMAGE_FORMATS)
+        return check_structure(data, IMAGE_FORMATS, self.max_image_pixels)
 
     def _draft_size(self) -> Optional[Tuple[int, int]]:
         needed = max(self.size) if self.mode == "raw" and self.size else self.resize
@@ -309,7 +354,8 @@ class ImageCodec:
 
 def make_image_codec(mode: str = DEFAULT_IMAGE_MODE, *, resize: Optional[int] = None,
                      size: Optional[Sequence[int]] = None, quality: Optional[int] = None,
-                     background: Any = DEFAULT_BACKGROUND, validate: str = DEFAULT_VALIDATE) -> ImageCodec:
+                     background: Any = DEFAULT_BACKGROUND, validate: str = DEFAULT_VALIDATE,
+                     max_image_pixels: Optional[int] = None) -> ImageCodec:
     """The codec for --image-mode and its options; UsageError for contradictory options."""
     if mode not in IMAGE_MODES:
         raise UsageError(f"unknown image mode {mode!r}; choose one of {', '.join(IMAGE_MODES)}")
@@ -339,5 +385,6 @@ def make_image_codec(mode: str = DEFAULT_IMAGE_MODE, *, resize: Optional[int] = 
         quality = int(quality)
     elif mode in LOSSY_MODES:
         quality = DEFAULT_QUALITY
-    return ImageCodec(mode=mode, resize=resize, size=size, quality=quality,
-                      background=parse_background(background), validate=check_validate(validate, mode))
+    pixels = DEFAULT_MAX_IMAGE_PIXELS if max_image_pixels is None else check_max_image_pixels(max_image_pixels)
+    return ImageCodec(mode=mode, resize=resize, size=size, quality=quality, background=parse_background(background),
+                      validate=check_validate(validate, mode), max_image_pixels=pixels)

@@ -59,17 +59,19 @@ def sniff(data: bytes) -> str:
                       "or TIFF signature)")
 
 
-def check_structure(data: bytes, formats: Sequence[str]) -> str:
+def check_structure(data: bytes, formats: Sequence[str], max_pixels: int) -> str:
     """Header, and end markers or chunk CRCs, without decoding pixels (--validate fast);
-    the format name, or SampleError. Only the Pillow formats named in formats are opened."""
+    the format name, or SampleError. Only the Pillow formats named in formats are opened, and
+    only images of at most max_pixels."""
     from PIL import Image
+
+    from .image import open_image
     if not data:
         raise SampleError("empty file (0 bytes)")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image: Any = Image.open(io.BytesIO(data), formats=list(formats))
+            image: Any = open_image(io.BytesIO(data), formats, max_pixels)
             name = str(image.format or "unknown")
             if name == "JPEG":
                 if data.rfind(_JPEG_EOI) < data.rfind(_JPEG_SOS) or _JPEG_SOS not in data:
@@ -78,7 +80,7 @@ def check_structure(data: bytes, formats: Sequence[str]) -> str:
                 image.verify()
     except SampleError:
         raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+    except Image.DecompressionBombError as exc:
         raise SampleError(f"decompression bomb refused ({exc})") from None
     except Image.UnidentifiedImageError:
         raise SampleError("not an image Pillow can identify") from None

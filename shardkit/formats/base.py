@@ -144,6 +144,9 @@ class ShardFormat(abc.ABC):
     reader_options: Type[FormatOptions] = FormatOptions
     #: The first version whose shards store sample keys and the dataset identity.
     keys_since: int = 1
+    #: Whether a crafted shard can crash this format's C library (SIGBUS, SIGSEGV): verify then
+    #: checks each shard in a child process (isolation.py) and reports a killed child.
+    crafted_files_crash: bool = False
 
     def check(self, schema: SampleSchema) -> None:
         """Raise UsageError if this format cannot store samples of this schema."""

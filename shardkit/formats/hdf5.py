@@ -10,6 +10,7 @@ Layout (formats/hdf5.md is the byte-level contract):
 """
 from __future__ import annotations
 
+import math
 import mmap
 import os
 from array import array
@@ -211,9 +212,10 @@ def _check_storage(name: str, dsid: Any) -> None:
             raise ValueError(f"/{name} uses HDF5 filter {code}, which shardkit does not read")
     if layout != h5py.h5d.CHUNKED:
         return
-    chunks, shape, itemsize = tuple(dcpl.get_chunk()), tuple(dsid.shape), dsid.dtype.itemsize
-    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * itemsize
-    chunk_bytes = int(np.prod(chunks, dtype=np.float64)) * itemsize
+    # plain ints and the type's size: numpy here (np.prod, dsid.dtype) cost more than the HDF5 calls
+    chunks, shape, itemsize = tuple(dcpl.get_chunk()), tuple(dsid.shape), dsid.get_type().get_size()
+    row_bytes = math.prod(shape[1:]) * itemsize
+    chunk_bytes = math.prod(chunks) * itemsize
     if any(chunk > max(1, size) for chunk, size in zip(chunks, shape)) \
             or chunk_bytes > max(MAX_CHUNK_BYTES, row_bytes):
         raise ValueError(f"/{name} has chunks of {chunks} ({chunk_bytes} bytes) for shape {shape}; "

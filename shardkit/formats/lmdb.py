@@ -483,6 +483,7 @@ class LMDBFormat(ShardFormat):
     version = 2
     keys_since = 2
     extension = ".lmdb"
+    crafted_files_crash = True     # LMDB trusts its page and node sizes (docs/reliability.md)
     fixed_bytes = 32 << 10      # meta and root pages, reserved values (measured ~20 KiB)
 
     def check(self, schema: SampleSchema) -> None:

@@ -61,7 +61,7 @@ def test_read_time_allows_only_the_recorded_formats(tmp_path: Path) -> None:
     Image.new("RGB", (8, 8), (1, 2, 3)).save(gif, "GIF")
     dst = one_image_dataset(tmp_path, "pt", payload=gif.getvalue())
     import shardkit
-    with pytest.raises(Exception, match="cannot identify"):
+    with pytest.raises(shardkit.CorruptSampleError, match="allowed format"):
         shardkit.open_dataset(dst)[0]
     report = shardkit.verify(str(dst), mode="deep")
     assert [problem.kind for problem in report.problems] == ["sample"]

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "shardkit"
 LAYERS = {
     "errors": 0, "units": 0, "records": 0, "schema": 0, "order": 0,
     "integrity": 1, "manifest": 1, "codecs": 1, "plan": 1, "progress": 1, "journal": 1, "samples": 1, "interrupt": 1,
-    "workers": 1, "shard_table": 1, "options": 1, "openfiles": 1,
+    "workers": 1, "shard_table": 1, "options": 1, "openfiles": 1, "isolation": 1,
     "sources": 2, "formats": 2,
     "sink": 3, "commit": 3, "handles": 3, "parallel": 3, "ray_executor": 3,
     "conversion": 4, "verification": 4, "info": 4, "dataset": 4, "sampler": 4, "splits": 4, "merging": 4,
