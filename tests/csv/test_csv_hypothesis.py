@@ -28,8 +28,6 @@ def _csv_text(rows, delimiter=",", lineterminator="\r\n"):
     return buffer.getvalue()
 
 
-@pytest.mark.xfail(strict=False, reason="known bug, open: a quoted CR LF inside a value that ends at an Arrow "
-                   "block boundary can come back as CR alone (found by this test; see the issue notes)")
 @settings(max_examples=100, deadline=None)
 @given(rows=st.lists(st.lists(FIELD, min_size=2, max_size=2), min_size=2, max_size=12),
        block_size=st.integers(64, 512), delimiter=st.sampled_from([",", ";", "\t"]),
