@@ -47,8 +47,15 @@ class KeyPacker:
 
     def extend(self, keys: Optional[Sequence[Optional[str]]], count: int) -> None:
         """Keys of the next `count` samples (None: all unknown)."""
-        for key in (keys if keys is not None else [None] * count):
-            self.add(key)
+        encoded = [b""] * count if keys is None else [key_bytes(key) for key in keys]
+        start = 0
+        while start < len(encoded):                 # whole runs into the pending block, not key by key
+            room = KEY_BLOCK - len(self._pending)
+            self._pending.extend(encoded[start:start + room])
+            start += room
+            if len(self._pending) == KEY_BLOCK:
+                self._flush()
+        self.count += len(encoded)
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, []
