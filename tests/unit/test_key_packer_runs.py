@@ -25,3 +25,10 @@ def test_extend_equals_add_one_by_one():
 
 def test_extend_without_keys_stores_empty_keys():
     assert _packed([None]) == _packed([""] * 5)
+
+
+def test_keys_holding_nul_or_none_or_odd_bytes_keep_their_bytes():
+    keys = ["a\x00b", None, "c", "caf\udce9", "日本"]
+    assert _packed([keys]) == _packed(keys[:1] + [""] + keys[2:])
+    data, blocks, count = _packed([["x\x00", "y"]])
+    assert count == 2 and _packed(["x\x00", "y"]) == (data, blocks, count)
