@@ -183,7 +183,8 @@ def parse_file(job: Tuple[TableFile, Sequence[Column], str, Optional[LabelSpec],
     records = _Records(item, delimiter)
     rows = 0
     try:
-        for block in read_blocks(item, fields, delimiter):
+        floats = [column.type == "float" for column in codec.columns] + [False] * (len(fields) - len(codec.columns))
+        for block in read_blocks(item, fields, delimiter, floats):
             records.pending.extend(block.invalid)
             matrix, labels, tails, notes = block_rows(codec, item, block.arrays, rows, records)
             spill.append(matrix, labels, tails, notes)
