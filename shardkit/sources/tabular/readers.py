@@ -74,7 +74,7 @@ def open_rows(item: TableFile) -> Any:
     range of one part of a split file."""
     if item.stop is not None:
         return open_range(item.path, item.head.data_offset, item.stop)
-    handle = open_stream(item.path)
+    handle = open_stream(item.path, item.max_inflation)
     _skip_to(handle, item.head.data_offset, item.name)
     return handle
 
@@ -188,7 +188,7 @@ def _typed_batches(item: TableFile, names: List[str]) -> Iterator[Any]:
             for group in range(first, last):
                 yield from parquet.read_row_group(group, columns=names, use_threads=False).to_batches()
         return
-    with open_stream(item.path) as handle:
+    with open_stream(item.path, item.max_inflation) as handle:
         for batch in open_typed(item.kind, handle, item.path):
             yield batch.select(names)
 
