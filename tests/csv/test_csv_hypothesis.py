@@ -82,5 +82,5 @@ def test_text_and_category_values_come_back_unchanged(rows, fmt):
 
 
 def shardkit_missing(value: str) -> bool:
-    from shardkit.codecs.tabular import is_missing
+    from shardkit.sources.tabular.encode import is_missing
     return is_missing(value)

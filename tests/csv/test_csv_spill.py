@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import shardkit
-from shardkit.codecs.tabular import OpenCodes
+from shardkit.sources.tabular.encode import OpenCodes
 from shardkit.errors import ConversionError, EmptySourceError
 from shardkit.sources.tabular import source as csv_table
 from shardkit.sources.tabular.spill import PREFIX, Spill, remove_orphans, spill_prefix
