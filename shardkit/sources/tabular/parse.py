@@ -184,8 +184,7 @@ def parse_file(job: Tuple[TableFile, Sequence[Column], str, Optional[LabelSpec],
     records = _Records(item, delimiter)
     rows = 0
     try:
-        floats = [column.type == "float" for column in codec.columns] + [False] * (len(fields) - len(codec.columns))
-        for block in read_blocks(item, fields, delimiter, floats):
+        for block in read_blocks(item, fields, delimiter):
             records.pending.extend(block.invalid)
             matrix, labels, tails, notes = block_rows(codec, item, block.arrays, rows, records)
             spill.append(matrix, labels, tails, notes)

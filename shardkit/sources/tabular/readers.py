@@ -15,9 +15,8 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
-from ...codecs.tabular import MISSING_VALUES
 from ...errors import SourceError
 from .files import Head, TableFile, open_stream, read_some
 from .split import open_range
@@ -45,15 +44,12 @@ def _arrow_errors() -> Tuple[type, ...]:
     return (OSError, EOFError, ValueError, pa.ArrowException)
 
 
-def read_blocks(item: TableFile, fields: List[int], delimiter: str,
-                floats: Optional[List[bool]] = None) -> Iterator[Block]:
-    """The blocks of one file, with the arrays of `fields` (indices into the header), in file order.
-    floats: which fields are float columns, which a text file gives as float64 numbers (nulls for
-    the missing-value spellings) when every value reads as one; as strings otherwise."""
+def read_blocks(item: TableFile, fields: List[int], delimiter: str) -> Iterator[Block]:
+    """The blocks of one file, with the arrays of `fields` (indices into the header), in file order."""
     errors = _arrow_errors()
     try:
         if item.kind == "text":
-            yield from _text_blocks(item, fields, delimiter, floats if item.decimal is None else None)
+            yield from _text_blocks(item, fields, delimiter)
         else:
             for batch in _typed_batches(item, [item.head.header[index] for index in fields]):
                 yield Block([_plain(batch.column(position)) for position in range(len(fields))])
@@ -88,36 +84,11 @@ def _skip_to(handle: Any, offset: int, path: str) -> None:
         offset -= len(data)
 
 
-def _text_blocks(item: TableFile, fields: List[int], delimiter: str, floats: Optional[List[bool]]) -> Iterator[Block]:
-    """Float columns as numbers while Arrow can read them so; from the first value it cannot (a word,
-    a missing value written another way), the file is read again with every field as text, from
-    the rows not yet handed over on."""
-    import pyarrow as pa
-    rows = invalid = 0
-    if floats and any(floats):
-        try:
-            for block in _csv_blocks(item, fields, delimiter, floats):
-                rows, invalid = rows + len(block), invalid + len(block.invalid)
-                yield block
-            return
-        except pa.ArrowInvalid as exc:
-            if "conversion error" not in str(exc):
-                raise
-    for block in _csv_blocks(item, fields, delimiter, None):
-        skipped = min(rows, len(block))
-        dropped = min(invalid, len(block.invalid))
-        rows, invalid = rows - skipped, invalid - dropped
-        if skipped < len(block) or dropped < len(block.invalid):
-            yield Block([array.slice(skipped) for array in block.arrays], block.invalid[dropped:])
-
-
-def _csv_blocks(item: TableFile, fields: List[int], delimiter: str, floats: Optional[List[bool]]) -> Iterator[Block]:
+def _text_blocks(item: TableFile, fields: List[int], delimiter: str) -> Iterator[Block]:
     import pyarrow as pa
     head = item.head
     names = [f"f{index}" for index in range(len(head.header))]
     wanted = [names[index] for index in fields]
-    types = {name: pa.float64() if floats and floats[position] else pa.string()
-             for position, name in enumerate(wanted)}
     invalid: List[Tuple[int, str]] = []
 
     def on_invalid(row: Any) -> str:
@@ -125,7 +96,7 @@ def _csv_blocks(item: TableFile, fields: List[int], delimiter: str, floats: Opti
         return "skip"
     with open_rows(item) as handle:
         try:
-            reader = _open_csv(NoTrailingCR(handle), names, types, delimiter, on_invalid)
+            reader = _open_csv(NoTrailingCR(handle), names, wanted, delimiter, on_invalid)
         except pa.ArrowInvalid as exc:
             if "Empty CSV file" in str(exc):      # nothing after the header
                 return
@@ -168,16 +139,17 @@ class NoTrailingCR:
         self._handle.close()
 
 
-def _open_csv(handle: Any, names: List[str], types: Dict[str, Any], delimiter: str, on_invalid: Any) -> Any:
-    """Arrow's streaming CSV reader: the wanted fields (the keys of `types`), strings as written."""
+def _open_csv(handle: Any, names: List[str], wanted: List[str], delimiter: str, on_invalid: Any) -> Any:
+    """Arrow's streaming CSV reader: every wanted field as a string, as written."""
+    import pyarrow as pa
     import pyarrow.csv as pcsv
     return pcsv.open_csv(
         handle,
         read_options=pcsv.ReadOptions(column_names=names, block_size=BLOCK_BYTES, use_threads=False),
         parse_options=pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=True, invalid_row_handler=on_invalid),
-        convert_options=pcsv.ConvertOptions(include_columns=list(types), column_types=types,
-                                            null_values=sorted(MISSING_VALUES), strings_can_be_null=False,
-                                            quoted_strings_can_be_null=False, check_utf8=False))
+        convert_options=pcsv.ConvertOptions(include_columns=wanted, column_types={name: pa.string() for name in wanted},
+                                            strings_can_be_null=False, quoted_strings_can_be_null=False,
+                                            check_utf8=False))
 
 
 def _typed_batches(item: TableFile, names: List[str]) -> Iterator[Any]:

@@ -1,5 +1,5 @@
-"""Float columns are read by Arrow as numbers; a value it cannot read sends the file back to text
-reading from the rows not yet handed over, with nothing lost or repeated."""
+"""Values that contradict a float column's type after the rows sampled for types, in later blocks
+and among short rows: each is one bad row, every other row comes back once, in order."""
 from __future__ import annotations
 
 import numpy as np
