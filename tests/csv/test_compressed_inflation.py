@@ -42,3 +42,13 @@ def test_a_negative_ratio_is_a_usage_error(bomb, tmp_path):
     result = CliRunner().invoke(main, ["convert", str(bomb), str(tmp_path / "dst"), "--label-column", "label",
                                        "--max-inflation", "-1", "-q"])
     assert result.exit_code == 2 and "--max-inflation" in result.output
+
+
+def test_bad_row_lines_are_found_through_the_counted_stream(tmp_path, read_skipped):
+    """A ragged row in a .csv.gz: its line is counted by re-reading the (limited) decompressed stream."""
+    src = tmp_path / "bad.csv.gz"
+    src.write_bytes(gzip.compress(b"x,label\n1,0\n2\n3,1\n"))
+    report = shardkit.convert(str(src), str(tmp_path / "dst"), label_column="label", workers=1, quiet=True)
+    assert report.num_samples == 2
+    assert [(entry["line"], entry["reason"]) for entry in read_skipped(tmp_path / "dst")] == [
+        (3, "row has 1 fields, the header has 2")]
