@@ -9,9 +9,14 @@ interleaved, for each:
   shardkit --workers 2    — the same file split into byte ranges parsed by 2 processes;
   pyarrow.parquet 1 thread / shardkit (parquet) — for the Parquet files.
 Prints medians: rows/s, MB/s of the input, and each method's time relative to shardkit's. With
---memory, also the peak RSS of a child process converting the string-heavy CSV.
+--memory, also the peak RSS of a child process converting the string-heavy CSV. With --baseline
+SRC_TREE (another checkout of shardkit, e.g. `git archive main | tar -x -C /tmp/base`), two more
+methods, interleaved with the others: "child: this tree" and "child: baseline", each a fresh
+process that converts a small file of the same kind first (imports, caches) and then times the
+conversion of the file itself — the before/after ratio of a change, measured in one run.
 
     python benchmarks/csv_convert.py [--rows 200000] [--repeat 3] [--format hdf5] [--workdir DIR] [--memory]
+                                     [--baseline SRC_TREE]
 """
 from __future__ import annotations
 
@@ -89,13 +94,40 @@ def shardkit_convert(fmt: str, workdir: str, workers: int = 1) -> Callable[[str]
     return run
 
 
-def measure(path: str, methods: Dict[str, Callable[[str], int]], repeat: int) -> Dict[str, List[float]]:
+_TIMED_CHILD = """
+import shutil, sys, time
+sys.path.insert(0, sys.argv[1])
+import shardkit
+def run(src, dst):
+    shutil.rmtree(dst, ignore_errors=True)
+    shardkit.convert(src, dst, format=sys.argv[5], label_column="label", workers=1, quiet=True)
+run(sys.argv[2], sys.argv[4])
+started = time.perf_counter()
+run(sys.argv[3], sys.argv[4])
+print(time.perf_counter() - started)
+"""
+
+
+def child_convert(tree: str, fmt: str, workdir: str, warmups: Dict[str, str]) -> Callable[[str], float]:
+    """Seconds a fresh process running the shardkit of `tree` takes to convert a file (after warming up
+    on a small file of the same kind)."""
+    def run(path: str) -> float:
+        done = subprocess.run([sys.executable, "-c", _TIMED_CHILD, tree, warmups[path], path,
+                               os.path.join(workdir, "child-out"), fmt], check=True, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": tree})
+        return float(done.stdout.strip().splitlines()[-1])
+    return run
+
+
+def measure(path: str, methods: Dict[str, Callable[[str], object]], repeat: int) -> Dict[str, List[float]]:
+    """Seconds of each method per repeat, interleaved; a method that returns a float timed itself."""
     times: Dict[str, List[float]] = {name: [] for name in methods}
     for _ in range(repeat):
         for name, method in methods.items():           # interleaved, so drift hits every method alike
             started = time.perf_counter()
-            method(path)
-            times[name].append(time.perf_counter() - started)
+            result = method(path)
+            wall = time.perf_counter() - started
+            times[name].append(result if isinstance(result, float) else wall)
     return times
 
 
@@ -123,6 +155,7 @@ def main() -> None:
     parser.add_argument("--format", default="hdf5")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--baseline", default=None, help="another shardkit source tree to compare with")
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="shardkit-table-bench-")
     os.makedirs(workdir, exist_ok=True)
@@ -132,13 +165,27 @@ def main() -> None:
     for kind in ("numeric", "strings"):
         files[f"{kind} parquet"] = os.path.join(workdir, f"{kind}.parquet")
         pq.write_table(pcsv.read_csv(files[kind]), files[f"{kind} parquet"])
+    warmups: Dict[str, str] = {}
+    for kind, make in (("numeric", make_numeric), ("strings", make_strings)):
+        small = os.path.join(workdir, f"small-{kind}.csv")
+        make(small, 2000)
+        pq.write_table(pcsv.read_csv(small), small.replace(".csv", ".parquet"))
+        warmups[files[kind]], warmups[files[f"{kind} parquet"]] = small, small.replace(".csv", ".parquet")
     convert = shardkit_convert(args.format, workdir)
     two = shardkit_convert(args.format, workdir, workers=2)
-    text_suite = {"pyarrow.csv 1 thread": arrow_csv(False), "pyarrow.csv all threads": arrow_csv(True),
-                  "shardkit": convert, "shardkit --workers 2": two}
-    parquet_suite = {"pyarrow.parquet 1 thread": arrow_parquet, "shardkit": convert}
+    text_suite: Dict[str, Callable[[str], object]] = {
+        "pyarrow.csv 1 thread": arrow_csv(False), "pyarrow.csv all threads": arrow_csv(True),
+        "shardkit": convert, "shardkit --workers 2": two}
+    parquet_suite: Dict[str, Callable[[str], object]] = {"pyarrow.parquet 1 thread": arrow_parquet,
+                                                         "shardkit": convert}
+    if args.baseline:
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        for suite in (text_suite, parquet_suite):
+            suite["child: this tree"] = child_convert(here, args.format, workdir, warmups)
+            suite["child: baseline"] = child_convert(os.path.abspath(args.baseline), args.format, workdir, warmups)
     print(f"rows per file: {args.rows}, repeats: {args.repeat} (median), format: {args.format}, "
-          f"python {sys.version.split()[0]}, cpus {os.cpu_count()}")
+          f"python {sys.version.split()[0]}, cpus {os.cpu_count()}, load average at start "
+          f"{os.getloadavg()[0]:.1f}")
     print()
     print("| file | size | method | median s | rows/s | MB/s | time / shardkit's |")
     print("|---|---|---|---|---|---|---|")
@@ -153,6 +200,7 @@ def main() -> None:
         for name, seconds in medians.items():
             print(f"| {kind} | {size / 1e6:.0f} MB | {name} | {seconds:.2f} | {args.rows / seconds:,.0f} | "
                   f"{size / 1e6 / seconds:.1f} | {seconds / medians['shardkit']:.2f} |")
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
     if args.memory:
         facts = peak_rss(files["strings"], workdir)
         print()

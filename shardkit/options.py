@@ -210,6 +210,7 @@ class TabularOptions(SourceOptions):
     no_labels: bool = option("--no-labels", False)
     delimiter: Optional[str] = option("--delimiter")
     decimal: Optional[str] = option("--decimal")
+    max_inflation: Optional[float] = option("--max-inflation")
     columns: Optional[Sequence[str]] = option("--columns")
     text_columns: Optional[Sequence[str]] = option("--text-columns")
     schema_file: Optional[str] = option("--schema")

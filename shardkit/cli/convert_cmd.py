@@ -43,6 +43,8 @@ from .output import echo_json
 @click.option("--no-labels", is_flag=True, help="Unlabeled samples.")
 @click.option("--delimiter", default=None, help="CSV delimiter (sniffed when omitted).")
 @click.option("--decimal", default=None, help="CSV/TSV: decimal mark of numbers, '.' (default) or ','.")
+@click.option("--max-inflation", type=float, default=None,
+              help="Compressed tables: inflate to at most N times the file's size [default: 200; 0: no limit].")
 @click.option("--columns", default=None, help="CSV: comma-separated columns to keep.")
 @click.option("--text-columns", default=None, help="CSV: comma-separated columns kept as UTF-8 text.")
 @click.option("--schema", "schema_file", type=click.Path(), default=None, help="CSV: JSON schema overriding inference.")

@@ -30,6 +30,15 @@ def key_bytes(key: Optional[str]) -> bytes:
     return b"" if key is None else key.encode("utf-8", "surrogateescape")
 
 
+def _encoded(keys: Sequence[Optional[str]]) -> List[bytes]:
+    """key_bytes of each key; one encode call for a run of keys without NUL (row keys, file names)."""
+    try:
+        parts = "\x00".join(keys).encode("utf-8", "surrogateescape").split(b"\x00")  # type: ignore[arg-type]
+    except TypeError:                                   # some key is None
+        parts = []
+    return parts if len(parts) == len(keys) else [key_bytes(key) for key in keys]
+
+
 class KeyPacker:
     """Collects a shard's keys while it is written; finish() gives (key data, key blocks)."""
 
@@ -47,8 +56,15 @@ class KeyPacker:
 
     def extend(self, keys: Optional[Sequence[Optional[str]]], count: int) -> None:
         """Keys of the next `count` samples (None: all unknown)."""
-        for key in (keys if keys is not None else [None] * count):
-            self.add(key)
+        encoded = [b""] * count if keys is None else _encoded(keys)
+        start = 0
+        while start < len(encoded):                 # whole runs into the pending block, not key by key
+            room = KEY_BLOCK - len(self._pending)
+            self._pending.extend(encoded[start:start + room])
+            start += room
+            if len(self._pending) == KEY_BLOCK:
+                self._flush()
+        self.count += len(encoded)
 
     def _flush(self) -> None:
         pending, self._pending = self._pending, []

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import shardkit
-from shardkit.codecs.tabular import OpenCodes
+from shardkit.sources.tabular.encode import OpenCodes
 from shardkit.errors import ConversionError, EmptySourceError
 from shardkit.sources.tabular import source as csv_table
-from shardkit.sources.tabular.spill import PREFIX, Spill, remove_orphans
+from shardkit.sources.tabular.spill import PREFIX, Spill, remove_orphans, spill_prefix
 
 from .conftest import write_rows
 
@@ -118,11 +118,13 @@ def test_read_block_size_does_not_change_the_shards(spill_home: Path, tmp_path: 
 def test_folders_of_dead_processes_are_removed(tmp_path: Path) -> None:
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                            text=True, check=True)
-    dead = tmp_path / f"{PREFIX}{int(ended.stdout)}-abc"
-    live = tmp_path / f"{PREFIX}{os.getpid()}-def"
+    dead = tmp_path / f"{spill_prefix(int(ended.stdout), 'abc')}x1"
+    live = tmp_path / f"{spill_prefix(os.getpid(), 'def')}x2"
     other = tmp_path / "unrelated-123"
-    for folder in (dead, live, other):
+    elsewhere = tmp_path / f"{PREFIX}{int(ended.stdout)}.0badc0de-abc-x3"   # another pid namespace or host
+    unplaced = tmp_path / f"{PREFIX}{int(ended.stdout)}-abc-x4"              # no pid space in its name
+    for folder in (dead, live, other, elsewhere, unplaced):
         folder.mkdir()
         (folder / "rows.bin").write_bytes(b"x")
     assert remove_orphans(str(tmp_path)) == [str(dead)]
-    assert not dead.exists() and live.exists() and other.exists()
+    assert not dead.exists() and live.exists() and other.exists() and elsewhere.exists() and unplaced.exists()

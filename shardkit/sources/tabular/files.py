@@ -26,6 +26,10 @@ ARROW_SUFFIXES = (".arrow", ".feather", ".ipc")
 HEAD_BYTES = 64 << 10
 #: A header longer than this is refused (a quote that is never closed).
 MAX_HEADER_BYTES = 64 << 20
+#: A compressed file may inflate to this many times its size (--max-inflation; 0: no limit) ...
+MAX_INFLATION = 200.0
+#: ... and always to this many bytes (a small file of repeated values inflates far).
+MIN_INFLATED_BYTES = 256 << 20
 BOM = b"\xef\xbb\xbf"
 DELIMITERS = (",", "\t", ";", "|")
 _LINE_END = re.compile(r"\r\n|\r|\n")
@@ -81,13 +85,51 @@ def locate(src: str) -> Tuple[List[Tuple[str, str]], bool]:
     return [(os.path.join(src, rel), rel) for rel in rels], False
 
 
-def open_stream(path: str) -> BinaryIO:
-    """The file's decompressed byte stream (Arrow's codecs: gzip, bz2, zstd)."""
+def open_stream(path: str, max_inflation: float = MAX_INFLATION) -> BinaryIO:
+    """The file's decompressed byte stream (Arrow's codecs: gzip, bz2, zstd); a compressed file's
+    stream fails once it inflates beyond max_inflation times the file's size (0: no limit)."""
     import pyarrow as pa
+    compression = split_suffix(path)[1]
     try:
-        return pa.input_stream(path, compression=split_suffix(path)[1])  # type: ignore[return-value]
+        stream = pa.input_stream(path, compression=compression)
+        size = os.path.getsize(path)
     except (OSError, pa.ArrowException) as exc:
         raise SourceError(f"{path}: cannot open ({getattr(exc, 'strerror', None) or exc})", path=path) from None
+    if compression is None or not max_inflation:
+        return stream  # type: ignore[return-value]
+    return _Inflation(stream, path, size, max_inflation)  # type: ignore[return-value]
+
+
+class _Inflation(io.RawIOBase):
+    """A decompressed stream that counts its bytes and stops a decompression bomb before it fills
+    TMPDIR and DST: at most max(ratio x compressed size, MIN_INFLATED_BYTES) bytes."""
+
+    def __init__(self, stream: Any, path: str, size: int, ratio: float) -> None:
+        super().__init__()
+        self._stream, self._path, self._size, self._ratio = stream, path, size, ratio
+        self._limit = max(MIN_INFLATED_BYTES, int(ratio * size))
+        self._count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read1(self, size: int = -1) -> bytes:
+        """Up to `size` bytes, as read() (each read asks the codec for no more than it is asked)."""
+        return self.read(size)  # type: ignore[no-any-return]
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._stream.read(len(buffer))
+        self._count += len(data)
+        if self._count > self._limit:
+            raise SourceError(f"{self._path}: inflates to more than {self._limit:,} bytes, over {self._ratio:g} "
+                              f"times its {self._size:,} compressed bytes (a decompression bomb?); "
+                              "--max-inflation N allows N times, 0 any size", path=self._path)
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
 
 
 def read_some(handle: BinaryIO, size: int, path: str) -> bytes:
@@ -126,6 +168,7 @@ class TableFile:
     first_row: int = 0
     types: Any = None         # the Arrow type of each field (binary kinds), None for text files
     decimal: Optional[str] = None   # --decimal: the decimal mark of numbers in text files, when not "."
+    max_inflation: float = MAX_INFLATION   # --max-inflation: of a compressed file (0: no limit)
     stop: Optional[int] = None      # a part of a split text file: where it ends (it starts at head.data_offset)
     groups: Optional[Tuple[int, int]] = None    # a part of a Parquet file: its row groups [first, last)
 
@@ -208,6 +251,15 @@ def sniff_delimiter(text: str) -> str:
         if counts[0] > best_fields:
             best, best_fields = candidate, counts[0]
     return best
+
+
+def check_inflation(value: Optional[float]) -> float:
+    """--max-inflation as given (MAX_INFLATION when omitted); a negative ratio is a usage error."""
+    if value is None:
+        return MAX_INFLATION
+    if value < 0:
+        raise UsageError(f"--max-inflation must be 0 (no limit) or a positive ratio, not {value:g}")
+    return float(value)
 
 
 def normalize_decimal(value: Optional[str], delimiter: Optional[str]) -> Optional[str]:

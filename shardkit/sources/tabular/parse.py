@@ -17,7 +17,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ...codecs.tabular import Column, LabelSpec, OpenCodes, Parsed, TabularCodec
+from ...codecs.tabular import Column, LabelSpec, TabularCodec
+from .encode import OpenCodes, Parsed, RowEncoder
 from .files import TableFile
 from .readers import LineTracker, read_blocks
 from .spill import Spill, remove_spills
@@ -89,7 +90,7 @@ class _Records:
             self._tracker.close()
 
 
-def block_rows(codec: TabularCodec, item: TableFile, arrays: List[Any], start: int,
+def block_rows(codec: RowEncoder, item: TableFile, arrays: List[Any], start: int,
                records: _Records) -> Tuple[np.ndarray, Optional[np.ndarray], Optional[List[bytes]], Notes]:
     """(feature matrix, labels, text parts or None, {row: (line, reason)} of the bad ones) of the
     records of one block: its rows, and the invalid records among them; `start` is the file's record
@@ -177,7 +178,7 @@ def parse_file(job: Tuple[TableFile, Sequence[Column], str, Optional[LabelSpec],
                advance: Callable[[int, int], None] = lambda items, nbytes: None) -> ParsedFile:
     """Parse one file into a new spill (in a worker process, or in the scan's own with a progress bar)."""
     item, columns, dtype, label, delimiter, owner, tag, directory = job
-    codec = TabularCodec(columns, dtype, label)
+    codec = RowEncoder(columns, dtype, label)
     spill = Spill(dtype, len(codec.features), bool(codec.texts), owner=owner, tag=tag, directory=directory)
     fields = item.indices + ([item.label_index] if item.label_index is not None else [])
     records = _Records(item, delimiter)

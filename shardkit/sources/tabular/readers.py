@@ -70,7 +70,7 @@ def open_rows(item: TableFile) -> Any:
     range of one part of a split file."""
     if item.stop is not None:
         return open_range(item.path, item.head.data_offset, item.stop)
-    handle = open_stream(item.path)
+    handle = open_stream(item.path, item.max_inflation)
     _skip_to(handle, item.head.data_offset, item.name)
     return handle
 
@@ -96,7 +96,7 @@ def _text_blocks(item: TableFile, fields: List[int], delimiter: str) -> Iterator
         return "skip"
     with open_rows(item) as handle:
         try:
-            reader = _open_csv(handle, names, wanted, delimiter, on_invalid)
+            reader = _open_csv(NoTrailingCR(handle), names, wanted, delimiter, on_invalid)
         except pa.ArrowInvalid as exc:
             if "Empty CSV file" in str(exc):      # nothing after the header
                 return
@@ -106,6 +106,37 @@ def _text_blocks(item: TableFile, fields: List[int], delimiter: str) -> Iterator
             yield Block([batch.column(position) for position in range(len(wanted))], found)
         if invalid:
             yield Block([pa.array([], pa.string()) for _ in wanted], invalid)
+
+
+class NoTrailingCR:
+    """A byte stream whose reads never end with a CR while more bytes follow.
+
+    Arrow's CSV reader takes each read as one block, and when a block ends with the CR of a
+    quoted CR LF it drops the LF that starts the next block (the value comes back with a lone CR).
+    Holding trailing CRs back for the next read keeps a CR LF pair in one block.
+    """
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+        self._held = b""
+        self.closed = False
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to `size` bytes (all if negative), trailing CRs kept for the next read unless at the end."""
+        wanted = size - len(self._held) if size >= 0 else -1
+        data = self._held + (self._handle.read(wanted) if wanted != 0 else b"")
+        body = data.rstrip(b"\r")
+        self._held = data[len(body):] if body else b""
+        return body if body else data
+
+    def readable(self) -> bool:
+        """Always: a stream to read."""
+        return True
+
+    def close(self) -> None:
+        """Close the underlying stream."""
+        self.closed = True
+        self._handle.close()
 
 
 def _open_csv(handle: Any, names: List[str], wanted: List[str], delimiter: str, on_invalid: Any) -> Any:
@@ -129,7 +160,7 @@ def _typed_batches(item: TableFile, names: List[str]) -> Iterator[Any]:
             for group in range(first, last):
                 yield from parquet.read_row_group(group, columns=names, use_threads=False).to_batches()
         return
-    with open_stream(item.path) as handle:
+    with open_stream(item.path, item.max_inflation) as handle:
         for batch in open_typed(item.kind, handle, item.path):
             yield batch.select(names)
 

@@ -23,7 +23,7 @@ from ...errors import EmptySourceError, UsageError
 from ...options import RunOptions, TabularOptions
 from ...records import EncodedRows
 from ..base import Converted, ConvertedRun, Outcome, SampleBytes, Skipped, Source
-from .files import TableFile, holds_table_tree, is_table_path, normalize_decimal, normalize_delimiter
+from .files import TableFile, check_inflation, holds_table_tree, is_table_path, normalize_decimal, normalize_delimiter
 from .parse import ParsedTable, parse_files
 from .scan import label_spec, read_heads, sample, select
 from .types import check_scalar, describe_columns, infer_type, load_schema_file, mostly_numbers, needs_float64
@@ -90,6 +90,7 @@ class TabularSource(Source):
             item.kind == "text" for item in files) else None)
         for item in files:
             item.decimal = decimal if item.kind == "text" else None
+            item.max_inflation = check_inflation(options.max_inflation)
         stored, text_columns = select(files, options, label_name, overrides)
         for item in files:
             for name, stored_type in zip(item.head.header, item.types or ()):

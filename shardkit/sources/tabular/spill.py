@@ -7,7 +7,7 @@ keep their line and reason. Shards are then cut from these records, by row numbe
 worker process, without parsing the CSV again. The files live in a fresh folder under the
 system temporary directory (TMPDIR), named after the process that uses them (the scan's parent
 when worker processes parse the files), and are removed when the conversion ends; folders left
-by a killed process are removed by the next scan.
+by a killed process are removed by the next scan in the same pid namespace on the same host.
 """
 from __future__ import annotations
 
@@ -179,8 +179,22 @@ class Spill:
 
 
 def spill_prefix(owner: int, tag: str = "") -> str:
-    """Folder name prefix of the spills of process `owner` (and of one scan, with its tag)."""
-    return f"{PREFIX}{owner}-{tag + '-' if tag else ''}"
+    """Folder name prefix of the spills of process `owner` (and of one scan, with its tag): the pid
+    and which process-id space it counts in (pid namespace and host), so that only a process that
+    sees the same pids judges whether the owner is gone."""
+    return f"{PREFIX}{owner}.{pid_space()}-{tag + '-' if tag else ''}"
+
+
+def pid_space() -> str:
+    """8 hex digits naming this process's pid namespace on this host (TMPDIR may be shared by
+    containers, or by hosts on a network file system, whose pids mean other processes)."""
+    import hashlib
+    import socket
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        namespace = ""
+    return hashlib.sha256(f"{socket.gethostname()}|{namespace}".encode()).hexdigest()[:8]
 
 
 def remove_spills(owner: int, tag: str, directory: str) -> None:
@@ -191,9 +205,11 @@ def remove_spills(owner: int, tag: str, directory: str) -> None:
 
 def remove_orphans(parent: Optional[str] = None) -> List[str]:
     """Remove spill folders whose process is gone (killed mid-conversion); the removed paths."""
+    space = pid_space()
+
     def orphaned(name: str) -> bool:
-        pid = name[len(PREFIX):].split("-", 1)[0]
-        return name.startswith(PREFIX) and pid.isdigit() and not _alive(int(pid))
+        pid, _, owner_space = name[len(PREFIX):].split("-", 1)[0].partition(".")
+        return name.startswith(PREFIX) and pid.isdigit() and owner_space == space and not _alive(int(pid))
     return _remove_where(parent or tempfile.gettempdir(), orphaned)
 
 

@@ -6,7 +6,7 @@ missing) is "int", all numbers or missing is "float", anything else is "category
 point numbers are "float", integers and booleans "int" ("float" when some are missing), strings
 are inferred as text fields are; other types (lists, structs, dates) are refused.
 Streaming confirms it: a later value that contradicts the type makes
-its row bad. Vocabularies (and string label classes) are collected over every row (codecs.tabular.OpenCodes).
+its row bad. Vocabularies (and string label classes) are collected over every row (encode.OpenCodes).
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ...codecs.tabular import COLUMN_TYPES, EXACT_INT, Column, Parsed, is_missing, parse_floats
+from ...codecs.tabular import COLUMN_TYPES, EXACT_INT, Column
+from .encode import Parsed, is_missing, parse_floats
 from ...errors import SourceError, UsageError
 from .values import is_string, numbers, strings
 

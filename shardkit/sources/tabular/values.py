@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from ...codecs.tabular import MISSING_VALUES, Distinct, Parsed
+from ...codecs.tabular import MISSING_VALUES
+from .encode import Distinct, Parsed
 
 NUL_REASON = "contains a NUL byte (binary data in a text file)"
 UTF8_REASON = "not valid UTF-8 text"
