@@ -1,7 +1,7 @@
 """Image-tree conversion at scale: shardkit against plain loops, in one run, warm page cache.
 
-On a generated tree of small JPEGs (default 20,000, about 40-100 px a side), interleaved
-repeats of:
+On a generated tree of JPEGs (default 20,000, 40-100 px a side; `--sizes 256 512` gives
+photo-like files of about 40 KiB), interleaved repeats of:
   * LMDB loop: one process walks the sorted files, reads each and puts it into one LMDB
     (one write transaction per 1,000 files) — the least a converter can do;
   * shardkit --validate none, 1 process, --format lmdb;
@@ -13,6 +13,11 @@ Each contender's median images/s, and the targets: none >= 0.8x the LMDB loop, f
 the Pillow decode, 2 workers >= 1.8x 1 worker. Run:
 
     PYTHONPATH=. python benchmarks/convert_images.py --images 20000 --repeat 3 --tree /tmp/jpegs
+    PYTHONPATH=. python benchmarks/convert_images.py --sizes 256 512 --distinct 1000 --tree /tmp/photos
+
+--distinct N draws only N different images and copies them to fill the tree (each copy its own
+file), which makes a large tree of big images quick to generate; conversion cost does not
+depend on whether two files hold the same bytes.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import lmdb
 from PIL import Image
@@ -33,12 +38,17 @@ from shardkit.samples import make_image_tree
 PER_SHARD = 1000
 
 
-def make_tree(root: str, images: int) -> List[str]:
+def make_tree(root: str, images: int, sizes: Tuple[int, int], distinct: int) -> List[str]:
     """The JPEG tree (reused when root already holds it); every file's path, sorted."""
-    marker = os.path.join(root, f".complete-{images}")
+    distinct = min(distinct, images) if distinct > 0 else images
+    marker = os.path.join(root, f".complete-{images}-{sizes[0]}-{sizes[1]}-{distinct}")
     if not os.path.exists(marker):
         shutil.rmtree(root, ignore_errors=True)
-        make_image_tree(root, num_images=images, sizes=(40, 100), jpeg_fraction=1.0, seed=7)
+        drawn = make_image_tree(root, num_images=distinct, sizes=sizes, jpeg_fraction=1.0, seed=7)
+        for number in range(distinct, images):
+            original = drawn[number % distinct]
+            folder, name = os.path.split(original)
+            shutil.copyfile(os.path.join(root, original), os.path.join(root, folder, f"copy{number:06d}-{name}"))
         open(marker, "w").close()
     paths = []
     for dirpath, _, names in os.walk(root):
@@ -78,10 +88,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=20000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sizes", type=int, nargs=2, default=(40, 100), metavar=("MIN", "MAX"),
+                        help="smallest and largest side in pixels of the drawn images (default 40 100)")
+    parser.add_argument("--distinct", type=int, default=0,
+                        help="draw only this many different images and copy them (default: all different)")
     parser.add_argument("--tree", default=os.path.join(tempfile.gettempdir(), "shardkit-bench-jpegs"))
     args = parser.parse_args()
     ROOT = args.tree
-    paths = make_tree(ROOT, args.images)
+    paths = make_tree(ROOT, args.images, tuple(args.sizes), args.distinct)
     total_bytes = 0
     for path in paths:                          # warm the page cache
         with open(path, "rb") as handle:
