@@ -149,11 +149,12 @@ def prepare(cache: str, images: int, seed: int, formats: Sequence[str],
     labels = np.array([classes.index(rel.split("/")[0]) for rel in paths], dtype=np.int64)
     datasets = {}
     for name in formats:
-        dst = os.path.join(base, f"shardkit-{name}-{shard_size}")
+        # source order, so that global index i is paths[i] and the baselines read the same bytes
+        dst = os.path.join(base, f"shardkit-{name}-{shard_size}-source")
         if not _complete(dst, len(paths)):
-            log(f"shardkit convert {tree} {dst} --format {name} --shard-size {shard_size}")
-            shardkit.convert(tree, dst, format=name, shard_size=shard_size, workers=2, overwrite=True,
-                             quiet=True)
+            log(f"shardkit convert {tree} {dst} --format {name} --shard-size {shard_size} --order source")
+            shardkit.convert(tree, dst, format=name, shard_size=shard_size, order="source", workers=2,
+                             overwrite=True, quiet=True)
         datasets[name] = dst
     floor = os.path.join(base, "floor.bin")
     offsets_file = os.path.join(base, "floor-offsets.npy")
