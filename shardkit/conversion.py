@@ -92,8 +92,9 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
     if permutation is not None:
         ranges = source.plan_ranges(budget, plan.samples_per_shard, permutation, stored_bytes)
     tasks = make_tasks(ranges, plan.part_tuple)
-    plan_fingerprint = _fingerprint(source.fingerprint(), plan, schema, ranges, order, part=None)
-    fingerprint = _fingerprint(source.fingerprint(), plan, schema, ranges, order, part=plan.part_tuple)
+    source_fingerprint = source.fingerprint()       # hashes every item's path, size and mtime: once
+    plan_fingerprint = _fingerprint(source_fingerprint, plan, schema, ranges, order, part=None)
+    fingerprint = _fingerprint(source_fingerprint, plan, schema, ranges, order, part=plan.part_tuple)
     finished = _already_complete(dst, fingerprint, run)
     if finished is not None:
         return _report_for(finished, dst, started, reused=len(finished.shards))
