@@ -131,7 +131,10 @@ class ShardDataset(torch.utils.data.Dataset):
     # ---- access ------------------------------------------------------------------
     def locate(self, index: Any) -> "tuple[int, int]":
         """(shard number, index within shard) of a global index."""
-        index = sample_index(index, self._length)
+        return self._locate(sample_index(index, self._length))
+
+    def _locate(self, index: int) -> "tuple[int, int]":
+        """locate for an index already checked by sample_index (the per-sample path checks once)."""
         shard = bisect.bisect_right(self._starts, index) - 1
         return shard, index - self._starts[shard]
 
@@ -186,7 +189,7 @@ class ShardDataset(torch.utils.data.Dataset):
 
     def _read(self, index: int) -> Encoded:
         """read_encoded for an index already checked by sample_index (the per-sample path)."""
-        shard, local = self.locate(index)
+        shard, local = self._locate(index)
         return self._checks.read(self.reader(shard), self._paths[shard], self._names[shard], local, index)
 
     def read_encoded_many(self, indices: Sequence[Any]) -> List[Encoded]:
@@ -236,13 +239,10 @@ class ShardDataset(torch.utils.data.Dataset):
             return self._as_dict(sample, encoded.label)
         if self.transform is not None:
             sample = self.transform(sample)
-        key = (self.key(index),) if self.return_key else ()
         if not self._labeled:
-            return (sample, *key) if key else sample
-        label: Any = encoded.label
-        if self.target_transform is not None:
-            label = self.target_transform(label)
-        return (sample, label, *key)
+            return (sample, self.key(index)) if self.return_key else sample
+        label = encoded.label if self.target_transform is None else self.target_transform(encoded.label)
+        return (sample, label, self.key(index)) if self.return_key else (sample, label)
 
     def _undecodable(self, index: Optional[int], exc: SampleError) -> CorruptShardError:
         """The error for stored bytes that do not decode, naming the shard and sample."""
