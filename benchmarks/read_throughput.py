@@ -6,12 +6,18 @@ persistent_workers=True) in the same random order (one permutation, fixed seed):
   shardkit-<fmt>  open_dataset(DST, decode=None): the stored JPEG bytes, nothing decoded, read
                   a batch at a time (the DataLoader calls ds.__getitems__ with each batch)
   shardkit-<fmt> per-sample   the same with batching off (ds[i] once per sample)
+  shardkit-<fmt> one-buffer   batched, with collate_fn=shardkit.collate_raw: the batch leaves
+                  the worker as one shared-memory buffer (a RawBatch), not a list of bytes
   (a) paths       ImageFolder-style: open and read each source file by its path
   (b) mmap floor  a trivial Dataset returning slices of one memory-mapped file holding
                   the same bytes back to back: what the DataLoader itself can carry
+  (b) mmap floor one-buffer   the floor's Dataset with collate_fn=shardkit.collate_raw (for
+                  transparency: what the one-buffer transport gives without shardkit's reads)
 
-The collate function returns the list of payloads (they differ in length). Before timing,
-each contender is checked to serve the same bytes as the source files. Warm: all data in the
+Unless "one-buffer", the collate function returns the list of payloads (they differ in
+length); the ratios "x (b)" are always to the list-collated floor. Before timing, each
+contender is checked to serve the same bytes and labels as the source files, through its own
+collate function. Warm: all data in the
 page cache (one untimed epoch first), contenders interleaved within each repeat (the order
 rotates), a repeat being --epochs epochs; median of the repeats, and the ratio to (b) is the
 median of the per-repeat ratios, so machine noise hits every contender alike. Cold:
@@ -45,6 +51,7 @@ from shardkit.samples import make_photo_tree
 
 FLOOR = "(b) mmap floor"
 PATHS = "(a) paths"
+ONE_BUFFER = " one-buffer"
 
 
 # ---- the contenders ------------------------------------------------------------------
@@ -114,7 +121,7 @@ class FixedOrder(torch.utils.data.Sampler):
 
 
 def payload_list(batch: List[Tuple[Any, int]]) -> List[Any]:
-    """collate_fn: the payloads as a list (variable-length, so nothing to stack)."""
+    """collate_fn: the payloads as a list (variable-length, so nothing to stack; labels dropped)."""
     return [sample[0] for sample in batch]
 
 
@@ -177,29 +184,47 @@ def _complete(dst: str, count: int) -> bool:
         return False
 
 
-def contenders(floor: str, datasets: Dict[str, str], paths: List[str],
-               labels: np.ndarray) -> Dict[str, Tuple[Callable[[], Any], Optional[Callable[[int], None]]]]:
-    """name -> (dataset factory, worker_init_fn), checked to serve identical bytes."""
+Contender = Tuple[Callable[[], Any], Optional[Callable[[int], None]], Callable[[List[Any]], Any]]
+
+
+def contenders(floor: str, datasets: Dict[str, str], paths: List[str], labels: np.ndarray) -> Dict[str, Contender]:
+    """name -> (dataset factory, worker_init_fn, collate_fn), checked to serve identical bytes."""
     offsets = np.load(os.path.join(os.path.dirname(floor), "floor-offsets.npy"))
-    made: Dict[str, Tuple[Callable[[], Any], Optional[Callable[[int], None]]]] = {}
+    made: Dict[str, Contender] = {}
     for name, dst in datasets.items():
         made[f"shardkit-{name}"] = (lambda dst=dst: shardkit.open_dataset(dst, decode=None),
-                                    shardkit.worker_init_fn)
+                                    shardkit.worker_init_fn, payload_list)
         made[f"shardkit-{name} per-sample"] = (lambda dst=dst: PerSample(shardkit.open_dataset(dst, decode=None)),
-                                               shardkit.worker_init_fn)
-    made[PATHS] = (lambda: PathFiles(paths, labels), None)
-    made[FLOOR] = (lambda: MmapFloor(floor, offsets, labels), None)
-    probe = np.linspace(0, len(paths) - 1, num=min(len(paths), 25)).astype(int)
-    for name, (factory, _) in made.items():
+                                               shardkit.worker_init_fn, payload_list)
+        made[f"shardkit-{name}{ONE_BUFFER}"] = (lambda dst=dst: shardkit.open_dataset(dst, decode=None),
+                                                shardkit.worker_init_fn, shardkit.collate_raw)
+    made[PATHS] = (lambda: PathFiles(paths, labels), None, payload_list)
+    made[FLOOR] = (lambda: MmapFloor(floor, offsets, labels), None, payload_list)
+    made[FLOOR + ONE_BUFFER] = (lambda: MmapFloor(floor, offsets, labels), None, shardkit.collate_raw)
+    probe = np.linspace(0, len(paths) - 1, num=min(len(paths), 25)).astype(int).tolist()
+    for name, (factory, _, collate) in made.items():
         dataset = factory()
-        for index in probe:
+        getitems = getattr(dataset, "__getitems__", None)
+        samples = getitems(probe) if getitems else [dataset[index] for index in probe]
+        batch = collate(samples)
+        for position, index in enumerate(probe):
             with open(paths[index], "rb") as handle:
                 expected = handle.read()
-            payload, label = dataset[int(index)]
-            if as_bytes(payload) != expected or label != labels[index]:
+            payload, label = samples[position]
+            carried, carried_label = collated_sample(batch, position)
+            if (as_bytes(payload) != expected or as_bytes(carried) != expected or label != labels[index]
+                    or carried_label not in (None, labels[index])):
                 raise SystemExit(f"{name}: sample {index} differs from {paths[index]}; not comparable")
     HANDLES.close_all()
     return made
+
+
+def collated_sample(batch: Any, position: int) -> Tuple[Any, Optional[int]]:
+    """(payload, label) of one sample of a collated batch: a RawBatch, or a list of payloads
+    (label None: the list carries none)."""
+    if isinstance(batch, shardkit.RawBatch):
+        return batch[position].numpy(), int(batch.labels[position])
+    return batch[position], None
 
 
 # ---- measurement ---------------------------------------------------------------------
@@ -231,12 +256,12 @@ class WorkerPids:
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def make_loader(factory: Callable[[], Any], init: Any, order: np.ndarray,
+def make_loader(factory: Callable[[], Any], init: Any, collate: Callable[[List[Any]], Any], order: np.ndarray,
                 args: argparse.Namespace) -> Tuple[Any, WorkerPids]:
     pids = WorkerPids(init, args.num_workers)
     loader = torch.utils.data.DataLoader(factory(), batch_size=args.batch_size, sampler=FixedOrder(order),
                                          num_workers=args.num_workers, persistent_workers=args.num_workers > 0,
-                                         collate_fn=payload_list, worker_init_fn=pids)
+                                         collate_fn=collate, worker_init_fn=pids)
     return loader, pids
 
 
@@ -247,9 +272,10 @@ def epoch(made: Tuple[Any, WorkerPids], epochs: int = 1) -> Tuple[float, int, in
     cpu = pids.cpu_seconds()
     started = time.perf_counter()
     for _ in range(epochs):
-        for batch in loader:
-            samples += len(batch)
-            size += sum(nbytes(payload) for payload in batch)
+        for batch in loader:     # the main process takes every payload of the batch in hand
+            payloads = batch.tensors() if isinstance(batch, shardkit.RawBatch) else batch
+            samples += len(payloads)
+            size += sum(nbytes(payload) for payload in payloads)
     seconds = time.perf_counter() - started
     return seconds, samples, size, pids.cpu_seconds() - cpu
 

@@ -15,6 +15,7 @@ from .errors import (  # noqa: F401 - re-exported
 __version__ = "0.1.0"  # the one version source: pyproject.toml reads it
 
 if TYPE_CHECKING:      # type checkers see the real objects; at run time they load on first use
+    from .batches import RawBatch, collate_raw  # noqa: F401
     from .conversion import ConvertReport, convert  # noqa: F401
     from .dataset import HDF5Dataset, LMDBDataset, PTDataset, ShardDataset, open_dataset  # noqa: F401
     from .handles import worker_init_fn  # noqa: F401
@@ -27,10 +28,12 @@ _LAZY = {
     "HDF5Dataset": "shardkit.dataset",
     "LMDBDataset": "shardkit.dataset",
     "PTDataset": "shardkit.dataset",
+    "RawBatch": "shardkit.batches",
     "ShardAwareSampler": "shardkit.sampler",
     "ShardDataset": "shardkit.dataset",
     "ShardStream": "shardkit.stream",
     "VerifyReport": "shardkit.verification",
+    "collate_raw": "shardkit.batches",
     "convert": "shardkit.conversion",
     "merge": "shardkit.merging",
     "open_dataset": "shardkit.dataset",
@@ -57,7 +60,7 @@ __all__ = sorted([
     "ConversionError", "ConvertReport", "CorruptSampleError", "CorruptShardError", "DestinationExistsError",
     "EmptySourceError", "ForeignShardError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError",
     "NotADatasetError",
-    "PTDataset", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError", "SourceError",
-    "UsageError", "VerifyReport", "__version__", "convert", "merge", "open_dataset", "random_split",
-    "train_val_split", "verify", "worker_init_fn",
+    "PTDataset", "RawBatch", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError",
+    "SourceError", "UsageError", "VerifyReport", "__version__", "collate_raw", "convert", "merge", "open_dataset",
+    "random_split", "train_val_split", "verify", "worker_init_fn",
 ])

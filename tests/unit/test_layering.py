@@ -15,7 +15,7 @@ LAYERS = {
     "workers": 1, "shard_table": 1, "options": 1, "openfiles": 1, "isolation": 1,
     "sources": 2, "formats": 2,
     "sink": 3, "commit": 3, "handles": 3, "parallel": 3, "ray_executor": 3,
-    "conversion": 4, "verification": 4, "info": 4, "dataset": 4, "sampler": 4, "splits": 4, "merging": 4,
+    "conversion": 4, "verification": 4, "info": 4, "dataset": 4, "batches": 4, "sampler": 4, "splits": 4, "merging": 4,
     "bench": 5, "bench_plot": 5, "stream": 5,
     "demo": 5, "cli": 6, "__init__": 7, "__main__": 7,
 }
