@@ -81,7 +81,8 @@ def bench(dst: "str | os.PathLike[str]", num_workers: Sequence[int] = (0, 1, 2, 
           on_result: Optional[Callable[[BenchResult], None]] = None) -> BenchReport:
     """Measure samples/s and MB/s of DST for each worker count and recommend one.
 
-    decode=False reads the stored payloads (decode=None) and batches them as lists.
+    decode=False reads the stored payloads (decode=None) and batches them with shardkit.collate_raw
+    (one buffer per batch: a worker hands over a handle, not 256 pickled byte strings).
     decode=True decodes each image with Pillow, resizes it to DECODE_SIDE x DECODE_SIDE and
     makes a CHW uint8 tensor, so batches stack as in training; fixed-shape samples (raw mode,
     CSV) become tensors as they are. Shards are checked (quick verify) before anything is timed.
@@ -97,7 +98,7 @@ def bench(dst: "str | os.PathLike[str]", num_workers: Sequence[int] = (0, 1, 2, 
     dataset, stacked, reads = _open(dst, decode)
     report = BenchReport(dst=dst, format=dataset.manifest.format_name, num_samples=len(dataset),
                          bytes_per_sample=dataset.manifest.total_bytes / max(1, len(dataset)), decode=decode,
-                         collate="stack" if stacked else "list", reads=reads, batch_size=batch_size, seconds=seconds,
+                         collate="stack" if stacked else "raw", reads=reads, batch_size=batch_size, seconds=seconds,
                          cpus=_cpus())
     for count in counts:
         result = _measure(dataset, count, batch_size, stacked, seconds, report.bytes_per_sample, quiet)
@@ -125,7 +126,7 @@ def _open(dst: str, decode: bool) -> "tuple[Any, bool, str]":
     if not decode:
         if schema.is_array:
             return open_dataset(dst, decode=None), True, "stored arrays, stacked"
-        return open_dataset(dst, decode=None), False, "stored bytes, as lists"
+        return open_dataset(dst, decode=None), False, "stored bytes, one RawBatch per batch"
     if schema.kind == "image" and not schema.is_array:
         return (open_dataset(dst, decode="pil", transform=ResizeToTensor(DECODE_SIDE)), True,
                 f"decoded to 3x{DECODE_SIDE}x{DECODE_SIDE} uint8 tensors, stacked")
@@ -146,11 +147,6 @@ class ResizeToTensor:
         return torch.from_numpy(np.asarray(small).copy()).permute(2, 0, 1)
 
 
-def sample_list(batch: List[Any]) -> List[Any]:
-    """collate_fn for variable-length payloads: the batch as a list."""
-    return batch
-
-
 class _Epochs:
     """A sampler that runs epoch after epoch of ShardAwareSampler (so workers never restart)."""
 
@@ -169,6 +165,7 @@ def _measure(dataset: Any, workers: int, batch_size: int, stacked: bool, seconds
              bytes_per_sample: float, quiet: bool) -> BenchResult:
     import torch.utils.data
 
+    from .batches import collate_raw
     from .handles import worker_init_fn
     from .progress import Progress
     from .sampler import ShardAwareSampler
@@ -184,7 +181,7 @@ def _measure(dataset: Any, workers: int, batch_size: int, stacked: bool, seconds
         warnings.filterwarnings("ignore", message=".*worker processes in total.*", category=UserWarning)
         warnings.filterwarnings("ignore", message=".*NumPy array is not writable.*", category=UserWarning)
         loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
-                                             collate_fn=None if stacked else sample_list,
+                                             collate_fn=None if stacked else collate_raw,
                                              worker_init_fn=worker_init_fn if workers else None)
         iterator = iter(loader)
         try:
@@ -216,6 +213,8 @@ def _recommend(report: BenchReport) -> "tuple[Optional[int], str]":
                  key=lambda r: r.num_workers)
     workers = choice.num_workers
     options = f"batch_size={report.batch_size}, num_workers={workers}"
+    if report.collate == "raw":
+        options += ", collate_fn=shardkit.collate_raw"
     if workers:
         options += ", persistent_workers=True, worker_init_fn=shardkit.worker_init_fn"
     text = (f"DataLoader(ds, {options}, sampler=shardkit.ShardAwareSampler(ds)) "

@@ -40,7 +40,7 @@ def test_report_has_one_result_per_setting(tiny: Path) -> None:
     report = bench(str(tiny), num_workers=(0, 1), batch_size=8, seconds=0.2, on_result=seen.append)
     manifest = load_manifest(tiny)
     assert [r.num_workers for r in report.results] == [0, 1] and seen == report.results
-    assert report.format == "hdf5" and report.num_samples == 40 and report.collate == "list"
+    assert report.format == "hdf5" and report.num_samples == 40 and report.collate == "raw"
     assert report.bytes_per_sample == pytest.approx(manifest.total_bytes / 40)
     assert report.cpus >= 1 and report.batch_size == 8 and report.decode is False
     for result in report.results:
@@ -51,6 +51,7 @@ def test_report_has_one_result_per_setting(tiny: Path) -> None:
     assert report.recommended_num_workers in (0, 1)
     assert f"num_workers={report.recommended_num_workers}" in report.recommendation
     assert "batch_size=8" in report.recommendation and "--decode" in report.recommendation
+    assert "collate_fn=shardkit.collate_raw" in report.recommendation
     assert multiprocessing.active_children() == []      # every worker was shut down
 
 
@@ -112,7 +113,7 @@ def test_cli_text(tiny: Path) -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].startswith("num_workers=0") and "samples/s" in lines[0] and "MB/s" in lines[0]
-    assert "40 hdf5 samples, stored bytes, as lists" in lines[1]
+    assert "40 hdf5 samples, stored bytes, one RawBatch per batch" in lines[1]
     assert lines[2].startswith("recommended: DataLoader(ds, batch_size=8")
 
 

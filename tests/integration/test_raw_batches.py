@@ -79,7 +79,7 @@ def test_a_corrupt_sample_is_named_from_a_worker(dataset_dir: Path, tmp_path: Pa
         workers = torch.utils.data.DataLoader(ds, batch_size=8, sampler=list(range(16, 32)), num_workers=2,
                                               collate_fn=shardkit.collate_raw)
         # torch re-raises a worker's error with the worker's message: the type, file, sample and problem
-        with pytest.raises(Exception, match="CorruptSampleError") as caught_there:
+        with pytest.raises(RuntimeError, match="CorruptSampleError") as caught_there:
             list(workers)
         assert f"{path}: sample {local} (global index {index}): fails its CRC32 check" in str(caught_there.value)
 
