@@ -240,17 +240,19 @@ class WorkerPids:
         if self.inner is not None:
             self.inner(worker_id)
 
-    def cpu_seconds(self) -> Tuple[float, float]:
-        """CPU time (user + system) of this process, and of the workers seen so far."""
-        workers = 0.0
+    def cpu_seconds(self) -> Tuple[float, float, int]:
+        """CPU time (user + system) of this process and of the workers seen so far, and the
+        workers' minor page faults (fresh memory they touched)."""
+        workers, faults = 0.0, 0
         for pid in self.pids[:]:
             try:
                 with open(f"/proc/{pid}/stat") as handle:
                     fields = handle.read().rsplit(")", 1)[1].split()
                 workers += (int(fields[11]) + int(fields[12])) / _TICKS
+                faults += int(fields[7])
             except (OSError, IndexError, ValueError):
                 pass    # not started yet (pid 0) or gone
-        return sum(os.times()[:2]), workers
+        return sum(os.times()[:2]), workers, faults
 
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -265,9 +267,9 @@ def make_loader(factory: Callable[[], Any], init: Any, collate: Callable[[List[A
     return loader, pids
 
 
-def epoch(made: Tuple[Any, WorkerPids], epochs: int = 1) -> Tuple[float, int, int, float, float]:
+def epoch(made: Tuple[Any, WorkerPids], epochs: int = 1) -> Tuple[float, int, int, float, float, int]:
     """(seconds, samples, bytes, CPU seconds of the main process and workers, CPU seconds of the
-    main process alone) of `epochs` passes."""
+    main process alone, the workers' minor page faults) of `epochs` passes."""
     loader, pids = made
     samples = size = 0
     cpu = pids.cpu_seconds()
@@ -278,8 +280,8 @@ def epoch(made: Tuple[Any, WorkerPids], epochs: int = 1) -> Tuple[float, int, in
             samples += len(payloads)
             size += sum(nbytes(payload) for payload in payloads)
     seconds = time.perf_counter() - started
-    main, workers = pids.cpu_seconds()
-    return seconds, samples, size, main + workers - sum(cpu), main - cpu[0]
+    main, workers, faults = pids.cpu_seconds()
+    return seconds, samples, size, main + workers - cpu[0] - cpu[1], main - cpu[0], faults - cpu[2]
 
 
 def drop_caches() -> Optional[str]:
@@ -339,7 +341,8 @@ def summarize(results: Dict[str, Any], phase: str) -> Dict[str, Dict[str, float]
         row = {"samples_per_s": statistics.median(_rate(r) for r in done),
                "mb_per_s": statistics.median(r[2] / r[0] / 1e6 for r in done),
                "cpu_us_per_sample": statistics.median(r[3] / r[1] * 1e6 for r in done),
-               "main_cpu_us_per_sample": statistics.median(r[4] / r[1] * 1e6 for r in done)}
+               "main_cpu_us_per_sample": statistics.median(r[4] / r[1] * 1e6 for r in done),
+               "worker_faults_per_sample": statistics.median(r[5] / r[1] for r in done)}
         for key, baseline in (("x_floor", FLOOR), ("x_paths", PATHS)):
             base = results[baseline][phase]
             row[key] = statistics.median(_rate(r) / _rate(b) for r, b in zip(done, base))
@@ -351,15 +354,16 @@ def summarize(results: Dict[str, Any], phase: str) -> Dict[str, Dict[str, float]
 
 def markdown(warm: Dict[str, Dict[str, float]], cold: Dict[str, Dict[str, float]]) -> str:
     lines = ["| contender | warm samples/s | warm MB/s | warm x (b) | warm CPU us/sample | of it main process "
-             "| warm CPU x (b) "
+             "| worker page faults/sample | warm CPU x (b) "
              "| cold samples/s | cold MB/s | cold x (b) | cold x (a) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, row in warm.items():
         c = cold.get(name)
         cold_cells = (f"{c['samples_per_s']:.0f} | {c['mb_per_s']:.0f} | {c['x_floor']:.2f} | {c['x_paths']:.2f}"
                       if c else "- | - | - | -")
         lines.append(f"| {name} | {row['samples_per_s']:.0f} | {row['mb_per_s']:.0f} | {row['x_floor']:.2f} | "
                      f"{row['cpu_us_per_sample']:.0f} | {row['main_cpu_us_per_sample']:.0f} | "
+                     f"{row['worker_faults_per_sample']:.1f} | "
                      f"{row['cpu_x_floor']:.2f} | {cold_cells} |")
     return "\n".join(lines)
 
