@@ -2,13 +2,17 @@
 
 A list of 256 `bytes` objects crosses from a worker to the main process by pickling, a pipe and
 unpickling: several copies of every payload, and most of a raw read's CPU time. `collate_raw`
-instead packs a batch into ONE torch storage (offsets, labels, then the payloads back to back),
-allocated in shared memory inside a worker as torch's default collate does for tensors, so only
-a handle crosses the pipe (torch shares one storage once, however many views of it a batch holds).
+instead packs a batch into ONE torch storage (offsets, labels, then the payloads back to back).
+Inside a worker that storage is a shared-memory file written in one pwritev call, so only its
+descriptor crosses the pipe (torch shares one storage once, however many views of it a batch
+holds); elsewhere (num_workers=0, or no memfd_create) it is ordinary memory, which torch moves
+to shared memory itself if it is ever sent.
 """
 from __future__ import annotations
 
+import errno
 import operator
+import os
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -16,6 +20,7 @@ import torch
 import torch.utils.data
 
 _INT64 = 8
+_IOV_MAX = 1024     # buffers one pwritev call takes (Linux)
 
 
 class RawBatch:
@@ -48,8 +53,8 @@ class RawBatch:
 
     def tensors(self) -> List[torch.Tensor]:
         """Every payload as a 1-D uint8 tensor view, e.g. for torchvision.io.decode_jpeg(batch.tensors())."""
-        data, bounds = self.data, self._bounds
-        return [data[bounds[i]:bounds[i + 1]] for i in range(self._count)]
+        bounds = self._bounds
+        return list(self.data.split([bounds[i + 1] - bounds[i] for i in range(self._count)]))
 
     def pin_memory(self) -> "RawBatch":
         """The batch in page-locked memory (DataLoader(pin_memory=True) calls this): one copy."""
@@ -72,20 +77,23 @@ def collate_raw(batch: Sequence[Any]) -> RawBatch:
     if not batch:
         raise ValueError("collate_raw got an empty batch")
     payloads, labels, keys = _split(batch)
-    sizes = np.fromiter((memoryview(one).nbytes for one in payloads), dtype=np.int64, count=len(payloads))
     count = len(payloads)
-    header = (count + 1 + (count if labels is not None else 0)) * _INT64
-    base = _empty(header + int(sizes.sum()))
-    out = base.numpy()
-    words = out[:header].view(np.int64)
-    words[0] = 0
+    sizes = np.fromiter((memoryview(one).nbytes for one in payloads), dtype=np.int64, count=count)
+    words = np.zeros(count + 1 + (count if labels is not None else 0), dtype=np.int64)
     np.cumsum(sizes, out=words[1:count + 1])
     if labels is not None:
         words[count + 1:] = labels
-    position = header
-    for payload, size in zip(payloads, sizes.tolist()):
-        out[position:position + size] = np.frombuffer(payload, dtype=np.uint8)
-        position += size
+    total = words.nbytes + int(words[count])
+    if torch.utils.data.get_worker_info() is not None and hasattr(os, "memfd_create"):
+        base = _shared_buffer([words, *payloads], total)
+    else:
+        base = torch.empty(total, dtype=torch.uint8)
+        out = base.numpy()
+        position = 0
+        for part in (words, *payloads):
+            size = memoryview(part).nbytes
+            out[position:position + size] = np.frombuffer(part, dtype=np.uint8)
+            position += size
     return RawBatch(base, count, labels is not None, keys)
 
 
@@ -119,11 +127,11 @@ def _buffer(payload: Any, position: int) -> Any:
     if isinstance(payload, np.ndarray):
         return np.ascontiguousarray(payload).reshape(-1).view(np.uint8)
     try:
-        memoryview(payload)
+        view = memoryview(payload)
     except TypeError:
         raise TypeError(f"collate_raw: sample {position} is a {type(payload).__name__}, not bytes; "
                         "open the dataset with decode=None") from None
-    return payload
+    return payload if view.c_contiguous else view.tobytes()
 
 
 def _label(label: Any, position: int) -> int:
@@ -135,11 +143,24 @@ def _label(label: Any, position: int) -> int:
                         "(labels a target_transform turns into something else need their own collate_fn)") from None
 
 
-def _empty(size: int) -> torch.Tensor:
-    """A uint8 buffer: in shared memory inside a DataLoader worker, so only a handle crosses the pipe."""
-    if torch.utils.data.get_worker_info() is None:
-        return torch.empty(size, dtype=torch.uint8)
-    return torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size))
+def _shared_buffer(parts: List[Any], size: int) -> torch.Tensor:
+    """parts back to back in a new shared-memory file, written with pwritev (no page faults in
+    the worker, no zeroing of pages that are then overwritten), as a uint8 tensor over a torch
+    storage that keeps the file's descriptor: the DataLoader's queue then sends that descriptor."""
+    fd = os.memfd_create("shardkit-batch", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+        position = 0
+        for start in range(0, len(parts), _IOV_MAX):
+            group = parts[start:start + _IOV_MAX]
+            wanted = sum(memoryview(part).nbytes for part in group)
+            if os.pwritev(fd, group, position) != wanted:
+                raise OSError(errno.ENOSPC, "a batch did not fit in shared memory (/dev/shm)")
+            position += wanted
+        storage = torch.UntypedStorage._new_shared_fd_cpu(fd, size)      # maps a dup of fd
+    finally:
+        os.close(fd)
+    return torch.empty(0, dtype=torch.uint8).set_(storage)
 
 
 __all__ = ["RawBatch", "collate_raw"]

@@ -84,6 +84,15 @@ def test_a_corrupt_sample_is_named_from_a_worker(dataset_dir: Path, tmp_path: Pa
         assert f"{path}: sample {local} (global index {index}): fails its CRC32 check" in str(caught_there.value)
 
 
+def test_a_worker_packs_batches_larger_than_one_write_call() -> None:
+    """A worker writes the buffer with pwritev, at most 1024 pieces a call: 2500 samples take three."""
+    samples = [(bytes([i % 251]) * (i % 7), i) for i in range(2500)]
+    loader = torch.utils.data.DataLoader(samples, batch_size=2500, num_workers=1, collate_fn=shardkit.collate_raw)
+    (batch,) = list(loader)
+    assert batch.data.is_shared()
+    assert [(bytes(view.numpy()), label) for view, label in zip(batch.tensors(), batch.labels.tolist())] == samples
+
+
 def test_collate_raw_takes_every_sample_shape() -> None:
     bare = shardkit.collate_raw([b"ab", memoryview(b""), np.frombuffer(b"xyz", dtype=np.uint8)])
     assert (bare.labels, bare.keys, bare.offsets.tolist()) == (None, None, [0, 2, 2, 5])
