@@ -86,14 +86,8 @@ def collate_raw(batch: Sequence[Any]) -> RawBatch:
     total = words.nbytes + int(words[count])
     if torch.utils.data.get_worker_info() is not None and hasattr(os, "memfd_create"):
         base = _shared_buffer([words, *payloads], total)
-    else:
-        base = torch.empty(total, dtype=torch.uint8)
-        out = base.numpy()
-        position = 0
-        for part in (words, *payloads):
-            size = memoryview(part).nbytes
-            out[position:position + size] = np.frombuffer(part, dtype=np.uint8)
-            position += size
+    else:       # one C-level concatenation into memory the tensor then owns
+        base = torch.frombuffer(bytearray().join([words, *payloads]), dtype=torch.uint8)
     return RawBatch(base, count, labels is not None, keys)
 
 
