@@ -9,6 +9,7 @@ from typing import Any, List, Tuple
 import numpy as np
 import pytest
 import torch
+import torch.multiprocessing
 import torch.utils.data
 
 import shardkit
@@ -55,6 +56,15 @@ def test_a_subset_through_a_sampler(dataset_dir: Path) -> None:
         assert _unpacked(list(loader)) == _expected(ds, [subset.indices[i] for i in order])
 
 
+def test_a_concat_dataset_without_getitems(dataset_dir: Path) -> None:
+    """ConcatDataset has no __getitems__: the DataLoader reads ds[i] per sample, collate_raw packs them."""
+    with shardkit.open_dataset(dataset_dir, decode=None, return_key=True) as ds:
+        both = torch.utils.data.ConcatDataset([ds, ds])
+        order = [len(ds) + 3, 2, 2 * len(ds) - 1, 0]
+        loader = torch.utils.data.DataLoader(both, batch_size=3, sampler=order, collate_fn=shardkit.collate_raw)
+        assert _unpacked(list(loader)) == _expected(ds, [index % len(ds) for index in order])
+
+
 def test_a_corrupt_sample_is_named_from_a_worker(dataset_dir: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(dataset_dir, copy)
@@ -84,11 +94,18 @@ def test_a_corrupt_sample_is_named_from_a_worker(dataset_dir: Path, tmp_path: Pa
         assert f"{path}: sample {local} (global index {index}): fails its CRC32 check" in str(caught_there.value)
 
 
-def test_a_worker_packs_batches_larger_than_one_write_call() -> None:
-    """A worker writes the buffer with pwritev, at most 1024 pieces a call: 2500 samples take three."""
+@pytest.mark.parametrize("strategy", ["file_descriptor", "file_system"])
+def test_a_worker_packs_batches_larger_than_one_write_call(strategy: str) -> None:
+    """A worker writes the buffer with pwritev, at most 1024 pieces a call: 2500 samples take
+    three; torch's other sharing strategy (by file name) carries it too."""
     samples = [(bytes([i % 251]) * (i % 7), i) for i in range(2500)]
     loader = torch.utils.data.DataLoader(samples, batch_size=2500, num_workers=1, collate_fn=shardkit.collate_raw)
-    (batch,) = list(loader)
+    before = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy(strategy)
+    try:
+        (batch,) = list(loader)
+    finally:
+        torch.multiprocessing.set_sharing_strategy(before)
     assert batch.data.is_shared()
     assert [(bytes(view.numpy()), label) for view, label in zip(batch.tensors(), batch.labels.tolist())] == samples
 
