@@ -8,15 +8,18 @@ interleaved, for each:
                             sha256), --workers 1;
   shardkit --workers 2    — the same file split into byte ranges parsed by 2 processes;
   pyarrow.parquet 1 thread / shardkit (parquet) — for the Parquet files.
-Prints medians: rows/s, MB/s of the input, and each method's time relative to shardkit's. With
---memory, also the peak RSS of a child process converting the string-heavy CSV. With --baseline
+Prints medians of wall and CPU seconds (this process's CPU plus that of the worker processes it
+waited for; on a shared machine CPU time is the steadier of the two), rows/s, MB/s of the input,
+and each method's wall and CPU time relative to shardkit's. With --memory, also the peak RSS of a
+child process converting the string-heavy CSV in one process (--workers 1), with default shards
+and with --shard-size 16MB, at each row count of --memory-rows (default: --rows). With --baseline
 SRC_TREE (another checkout of shardkit, e.g. `git archive main | tar -x -C /tmp/base`), two more
 methods, interleaved with the others: "child: this tree" and "child: baseline", each a fresh
 process that converts a small file of the same kind first (imports, caches) and then times the
 conversion of the file itself — the before/after ratio of a change, measured in one run.
 
     python benchmarks/csv_convert.py [--rows 200000] [--repeat 3] [--format hdf5] [--workdir DIR] [--memory]
-                                     [--baseline SRC_TREE]
+                                     [--memory-rows 300000,900000] [--baseline SRC_TREE]
 """
 from __future__ import annotations
 
@@ -24,13 +27,14 @@ import argparse
 import csv
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 import pyarrow.csv as pcsv
@@ -102,50 +106,78 @@ def run(src, dst):
     shutil.rmtree(dst, ignore_errors=True)
     shardkit.convert(src, dst, format=sys.argv[5], label_column="label", workers=1, quiet=True)
 run(sys.argv[2], sys.argv[4])
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 run(sys.argv[3], sys.argv[4])
-print(time.perf_counter() - started)
+print(time.perf_counter() - started, time.process_time() - cpu)
 """
 
 
-def child_convert(tree: str, fmt: str, workdir: str, warmups: Dict[str, str]) -> Callable[[str], float]:
-    """Seconds a fresh process running the shardkit of `tree` takes to convert a file (after warming up
-    on a small file of the same kind)."""
-    def run(path: str) -> float:
+def child_convert(tree: str, fmt: str, workdir: str, warmups: Dict[str, str]) -> Callable[[str], Tuple[float, float]]:
+    """(wall, CPU) seconds a fresh process running the shardkit of `tree` takes to convert a file (after
+    warming up on a small file of the same kind)."""
+    def run(path: str) -> Tuple[float, float]:
         done = subprocess.run([sys.executable, "-c", _TIMED_CHILD, tree, warmups[path], path,
                                os.path.join(workdir, "child-out"), fmt], check=True, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": tree})
-        return float(done.stdout.strip().splitlines()[-1])
+        wall, cpu = done.stdout.strip().splitlines()[-1].split()
+        return float(wall), float(cpu)
     return run
 
 
-def measure(path: str, methods: Dict[str, Callable[[str], object]], repeat: int) -> Dict[str, List[float]]:
-    """Seconds of each method per repeat, interleaved; a method that returns a float timed itself."""
-    times: Dict[str, List[float]] = {name: [] for name in methods}
+def _cpu_seconds() -> float:
+    """CPU time of this process and of the child processes it has waited for."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def measure(path: str, methods: Dict[str, Callable[[str], object]],
+            repeat: int) -> Dict[str, List[Tuple[float, float]]]:
+    """(wall, CPU) seconds of each method per repeat, interleaved; a method that returns a tuple timed itself."""
+    times: Dict[str, List[Tuple[float, float]]] = {name: [] for name in methods}
     for _ in range(repeat):
         for name, method in methods.items():           # interleaved, so drift hits every method alike
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), _cpu_seconds()
             result = method(path)
-            wall = time.perf_counter() - started
-            times[name].append(result if isinstance(result, float) else wall)
+            spent = (time.perf_counter() - started, _cpu_seconds() - cpu)
+            times[name].append(result if isinstance(result, tuple) else spent)
     return times
 
 
 _CHILD = """
-import json, resource, sys
+import json, sys
 import shardkit
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-shardkit.convert(sys.argv[1], sys.argv[2], label_column="label", quiet=True)
-print(json.dumps({"before_kib": before, "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+def high_water_kib():
+    # VmHWM: this process's own peak; ru_maxrss would start at the (large) parent's, kept across exec
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+before = high_water_kib()
+shardkit.convert(sys.argv[1], sys.argv[2], label_column="label", quiet=True, workers=1, **json.loads(sys.argv[3]))
+print(json.dumps({"before_kib": before, "peak_kib": high_water_kib()}))
 """
 
 
-def peak_rss(path: str, workdir: str) -> Dict[str, int]:
-    """Peak RSS (KiB) of a child process converting `path` with default shards, and before it started."""
+def peak_rss(path: str, workdir: str, options: Dict[str, str]) -> Dict[str, int]:
+    """Peak RSS (KiB, Linux VmHWM) of a child process converting `path` in one process, and after its imports."""
     dst = os.path.join(workdir, "memory-out")
     shutil.rmtree(dst, ignore_errors=True)
-    done = subprocess.run([sys.executable, "-c", _CHILD, path, dst], check=True, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", _CHILD, path, dst, json.dumps(options)], check=True,
+                          capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def memory_table(rows: List[int], workdir: str) -> None:
+    """Peak RSS converting the string-heavy CSV at each row count, default shards and 16 MB shards."""
+    print()
+    print("| strings.csv rows | size | shards | peak RSS | after `import shardkit` |")
+    print("|---|---|---|---|---|")
+    for count in rows:
+        path = os.path.join(workdir, f"memory-{count}.csv")
+        make_strings(path, count)
+        for label, options in (("default (256MB)", {}), ("--shard-size 16MB", {"shard_size": "16MB"})):
+            facts = peak_rss(path, workdir, options)
+            print(f"| {count:,} | {os.path.getsize(path) / 1e6:.0f} MB | {label} | "
+                  f"{facts['peak_kib'] / 1024:.0f} MiB | {facts['before_kib'] / 1024:.0f} MiB |")
+        os.remove(path)
 
 
 def main() -> None:
@@ -155,6 +187,7 @@ def main() -> None:
     parser.add_argument("--format", default="hdf5")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--memory-rows", default=None, help="row counts for --memory, e.g. 300000,900000")
     parser.add_argument("--baseline", default=None, help="another shardkit source tree to compare with")
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="shardkit-table-bench-")
@@ -187,8 +220,8 @@ def main() -> None:
           f"python {sys.version.split()[0]}, cpus {os.cpu_count()}, load average at start "
           f"{os.getloadavg()[0]:.1f}")
     print()
-    print("| file | size | method | median s | rows/s | MB/s | time / shardkit's |")
-    print("|---|---|---|---|---|---|---|")
+    print("| file | size | method | median s | CPU s | rows/s | MB/s | time / shardkit's | CPU / shardkit's |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for kind, path in files.items():
         size = os.path.getsize(path)
         with open(path, "rb") as handle:               # warm the page cache for every method alike
@@ -196,16 +229,15 @@ def main() -> None:
                 pass
         suite = parquet_suite if kind.endswith("parquet") else text_suite
         times = measure(path, suite, args.repeat)
-        medians = {name: statistics.median(values) for name, values in times.items()}
-        for name, seconds in medians.items():
-            print(f"| {kind} | {size / 1e6:.0f} MB | {name} | {seconds:.2f} | {args.rows / seconds:,.0f} | "
-                  f"{size / 1e6 / seconds:.1f} | {seconds / medians['shardkit']:.2f} |")
+        walls = {name: statistics.median(wall for wall, _ in values) for name, values in times.items()}
+        cpus = {name: statistics.median(cpu for _, cpu in values) for name, values in times.items()}
+        for name, seconds in walls.items():
+            print(f"| {kind} | {size / 1e6:.0f} MB | {name} | {seconds:.2f} | {cpus[name]:.2f} | "
+                  f"{args.rows / seconds:,.0f} | {size / 1e6 / seconds:.1f} | {seconds / walls['shardkit']:.2f} | "
+                  f"{cpus[name] / cpus['shardkit']:.2f} |")
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
     if args.memory:
-        facts = peak_rss(files["strings"], workdir)
-        print()
-        print(f"peak RSS converting strings.csv ({os.path.getsize(files['strings']) / 1e6:.0f} MB): "
-              f"{facts['peak_kib'] / 1024:.0f} MiB (after imports: {facts['before_kib'] / 1024:.0f} MiB)")
+        memory_table([int(count) for count in (args.memory_rows or str(args.rows)).split(",")], workdir)
     if not args.workdir:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -77,7 +77,8 @@ class HDF5Writer(ShardWriter):
             if payload.shape != tuple(self._schema.shape):
                 raise ValueError(f"array of shape {payload.shape}, schema says {self._schema.shape}")
         self._data += memoryview(payload).cast("B") if isinstance(payload, np.ndarray) else payload
-        self._offsets.append(len(self._data))
+        if not self._schema.is_array:        # arrays are cut by shape: no offsets (8 bytes a sample)
+            self._offsets.append(len(self._data))
         self._labels.append(sample.label)
         self._crcs.append(sample.crc32)
         self._keys.add(sample.key)
@@ -96,10 +97,7 @@ class HDF5Writer(ShardWriter):
         if block is None or block.shape[1:] != tuple(self._schema.shape) or not block.nbytes:
             super().append_many(samples)    # append() names the sample that does not fit
             return
-        width = block.nbytes // len(samples)
-        start = len(self._data)
         self._data += memoryview(block.reshape(-1).view(np.uint8))
-        self._offsets.extend(range(start + width, start + width * len(samples) + 1, width))
         if isinstance(samples, EncodedRows):
             self._labels.extend(samples.labels)
             self._crcs.extend(samples.crcs)

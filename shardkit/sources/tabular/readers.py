@@ -3,7 +3,7 @@
 Delimited text goes through pyarrow.csv's streaming reader (open_csv), every value read as a
 string (types are decided and checked by shardkit, not by Arrow's inference); rows whose number
 of fields differs from the header are handed back as invalid rows, in order. JSON Lines go
-through pyarrow.json's streaming reader, Parquet row group by row group, Arrow IPC / Feather
+through pyarrow.json's streaming reader, Parquet in batches of its row groups, Arrow IPC / Feather
 record batch by record batch; their values keep their stored types.
 
 Arrow does not say on which line a row starts, nor where among the rows an invalid one was (it
@@ -157,8 +157,9 @@ def _typed_batches(item: TableFile, names: List[str]) -> Iterator[Any]:
         import pyarrow.parquet as pq
         with pq.ParquetFile(item.path) as parquet:
             first, last = item.groups or (0, parquet.num_row_groups)
-            for group in range(first, last):
-                yield from parquet.read_row_group(group, columns=names, use_threads=False).to_batches()
+            if first < last:    # batches of BATCH_ROWS, not whole row groups: memory, and a sample reads one
+                yield from parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=list(range(first, last)),
+                                                columns=names, use_threads=False)
         return
     with open_stream(item.path, item.max_inflation) as handle:
         for batch in open_typed(item.kind, handle, item.path):

@@ -171,7 +171,7 @@ def needs_float64(sampled: Any) -> bool:
 def infer_label_kind(name: str, values: Sequence[str], where: str) -> str:
     """"int" when every sampled label is an integer (1 and 1.0 alike), "class" for names.
     Non-integer numbers are refused: labels are integers or class names."""
-    present = [value for value in values if not is_missing(value)]
+    present = [value for value in dict.fromkeys(values) if not is_missing(value)]   # distinct, first seen first
     if not present:
         return "int"
     parsed, bad, _ = parse_floats(present, first_bad=True)
