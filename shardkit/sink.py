@@ -25,6 +25,9 @@ from .schema import SampleSchema
 from .sources.base import ConvertedRun, Skipped, Source
 
 ProgressFn = Callable[[int, int], None]
+#: Samples between two progress reports of one shard: a report takes a lock (workers) or looks
+#: at the clock and for Ctrl-C (one process), which costs as much as storing a small image.
+PROGRESS_EVERY = 64
 
 
 @dataclass
@@ -161,6 +164,14 @@ def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[Progr
     tags: Counter = Counter()
     labels: Counter = Counter()
     count = source_bytes = 0
+    unreported = [0, 0]             # items and source bytes not yet given to progress
+
+    def report(items: int, nbytes: int) -> None:
+        unreported[0] += items
+        unreported[1] += nbytes
+        if progress and unreported[0] >= PROGRESS_EVERY:
+            progress(*unreported)
+            unreported[:] = [0, 0]
     try:
         _unlink_quietly(tmp)
         writer = fmt.open_writer(str(tmp), ctx.schema, ctx.format_options, ctx.dataset_id)
@@ -175,8 +186,7 @@ def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[Progr
                 if ctx.max_errors is not None and len(skipped) > ctx.max_errors:
                     raise ConversionError(f"more than {ctx.error_limit} inputs failed (--max-errors); "
                                           f"last: {outcome.message()}", path=outcome.path)
-                if progress:
-                    progress(1, 0)
+                report(1, 0)
                 continue
             if isinstance(outcome, ConvertedRun):
                 try:
@@ -187,8 +197,7 @@ def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[Progr
                 labels.update(outcome.samples.labels if isinstance(outcome.samples, EncodedRows)
                               else [sample.label for sample in outcome.samples])
                 source_bytes += outcome.source_bytes
-                if progress:
-                    progress(len(outcome.samples), outcome.source_bytes)
+                report(len(outcome.samples), outcome.source_bytes)
                 continue
             try:
                 writer.append(outcome.sample)
@@ -199,8 +208,9 @@ def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[Progr
             source_bytes += outcome.source_bytes
             if outcome.tag:
                 tags[outcome.tag] += 1
-            if progress:
-                progress(1, outcome.source_bytes)
+            report(1, outcome.source_bytes)
+        if progress and unreported[0]:
+            progress(*unreported)
         try:
             writer.close()
         except Exception as exc:  # noqa: BLE001 - see the docstring

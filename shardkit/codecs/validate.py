@@ -2,11 +2,11 @@
 
   full  every byte decoded (JPEG in draft mode, at 1/8 DCT scale): a file that is stored
         decodes at read time
-  fast  structure only, no pixel decoding: Pillow parses the header (format, size, mode, the
-        decompression-bomb limit); PNG: Image.verify() reads every chunk, checks its CRC and
-        requires IEND; JPEG: an end-of-image marker (FF D9) after the last start-of-scan
-        marker (FF DA) — entropy-coded data escapes 0xFF, so a truncated scan has none;
-        other formats: Image.verify() (GIF, TIFF, ... check what their plugin checks)
+  fast  structure only, no pixel decoding: JPEG and PNG are walked in plain Python
+        (codecs/markers.py: JPEG marker segments up to the first scan, the frame size, an
+        end-of-image marker after the last scan; PNG every chunk's CRC from IHDR to IEND);
+        other formats: Pillow parses the header (format, size, mode, the decompression-bomb
+        limit) and Image.verify() checks what their plugin checks (GIF, TIFF, WebP, ...)
   none  nothing decoded or parsed: the format is sniffed from the file's first bytes (magic
         numbers below) and a file of no listed format is skipped
 
@@ -19,6 +19,7 @@ import warnings
 from typing import Any, Sequence, Tuple
 
 from ..errors import SampleError, UsageError
+from .markers import PNG_SIGNATURE, walk_jpeg, walk_png
 
 VALIDATE_MODES = ("full", "fast", "none")
 DEFAULT_VALIDATE = "full"
@@ -35,7 +36,8 @@ MAGIC: Tuple[Tuple[str, int, bytes], ...] = (
     ("TIFF", 0, b"MM\x00*"),
 )
 
-_JPEG_EOI, _JPEG_SOS = b"\xff\xd9", b"\xff\xda"
+#: Formats walked by codecs/markers.py instead of Pillow: (signature, Pillow name, walk).
+_WALKED = ((b"\xff\xd8\xff", "JPEG", walk_jpeg), (PNG_SIGNATURE, "PNG", walk_png))
 
 
 def check_validate(mode: str, image_mode: str) -> str:
@@ -61,23 +63,24 @@ def sniff(data: bytes) -> str:
 
 def check_structure(data: bytes, formats: Sequence[str], max_pixels: int) -> str:
     """Header, and end markers or chunk CRCs, without decoding pixels (--validate fast);
-    the format name, or SampleError. Only the Pillow formats named in formats are opened, and
-    only images of at most max_pixels."""
+    the format name, or SampleError. JPEG and PNG are walked without Pillow (codecs/markers.py);
+    other formats are opened by Pillow, only those named in formats. Only images of at most
+    max_pixels pass."""
+    if not data:
+        raise SampleError("empty file (0 bytes)")
+    for signature, name, walk in _WALKED:
+        if data.startswith(signature) and name in formats:
+            walk(data, max_pixels)
+            return name
     from PIL import Image
 
     from .image import open_image
-    if not data:
-        raise SampleError("empty file (0 bytes)")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             image: Any = open_image(io.BytesIO(data), formats, max_pixels)
             name = str(image.format or "unknown")
-            if name == "JPEG":
-                if data.rfind(_JPEG_EOI) < data.rfind(_JPEG_SOS) or _JPEG_SOS not in data:
-                    raise SampleError("truncated JPEG (no end-of-image marker after its last scan)")
-            else:
-                image.verify()
+            image.verify()
     except SampleError:
         raise
     except Image.DecompressionBombError as exc:

@@ -5,7 +5,7 @@ import errno
 import hashlib
 import os
 from stat import S_ISBLK, S_ISCHR, S_ISDIR, S_ISFIFO, S_ISREG, S_ISSOCK
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Tuple
 
 import numpy as np
 
@@ -19,23 +19,42 @@ from .labels_csv import read_labels_csv
 
 def walk_files(root: str) -> Iterator[str]:
     """Relative POSIX paths of every non-directory entry below root, following directory
-    links once (loops are cut), in no particular order."""
+    links once (loops are cut), in no particular order. One scandir per folder and one string
+    concatenation per file: the scan of a large tree is part of every conversion's serial time."""
     seen = set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+    pending = [""]                      # folders to list, as relative prefixes ("" or "a/b/")
+    while pending:
+        prefix = pending.pop()
+        folder = os.path.join(root, prefix) if prefix else root
         try:
-            stat = os.stat(dirpath)
+            stat = os.stat(folder)
             key = (stat.st_dev, stat.st_ino)
+            if key in seen:
+                continue
+            seen.add(key)
+            with os.scandir(folder) as listing:
+                entries = list(listing)
         except OSError:
-            dirnames[:] = []
             continue
-        if key in seen:
-            dirnames[:] = []
-            continue
-        seen.add(key)
-        rel_dir = os.path.relpath(dirpath, root)
-        for name in filenames:
-            rel = name if rel_dir == "." else os.path.join(rel_dir, name)
-            yield rel.replace(os.sep, "/")
+        folders = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()         # follows links, as os.walk(followlinks=True)
+            except OSError:
+                is_dir = False
+            if is_dir:
+                folders.append(prefix + entry.name + "/")
+            else:
+                yield prefix + entry.name
+        pending.extend(reversed(folders))       # listed order, depth first, as os.walk
+
+
+def has_extension(rel: str, extensions: FrozenSet[str]) -> bool:
+    """Whether the file name's extension (lower case, with dot; os.path.splitext's rule: leading
+    dots do not start one) is in extensions, without splitext's per-call overhead."""
+    name = rel[rel.rfind("/") + 1:]
+    dot = name.rfind(".")
+    return dot > 0 and name[:dot].strip(".") != "" and name[dot:].lower() in extensions
 
 
 def _sort_key(rel: str) -> Tuple[str, ...]:
@@ -73,7 +92,7 @@ class ImageTreeSource(Source):
         codec = make_image_codec(**options.codec_options())
         extensions = image_extensions()
         all_files = sorted(walk_files(root), key=_sort_key)
-        images = [rel for rel in all_files if os.path.splitext(rel)[1].lower() in extensions]
+        images = [rel for rel in all_files if has_extension(rel, extensions)]
         summary: Dict[str, Any] = {"files_seen": len(all_files), "image_files": len(images),
                                    "other_files": len(all_files) - len(images)}
         bad_rows: List[Skipped] = []
