@@ -45,13 +45,16 @@ def open_regular(path: PathLike, root: PathLike, size: int) -> int:
     """A read-only fd of path, if it is a regular file (not a link, FIFO or device) of exactly
     `size` bytes whose real path is inside root; NotAShardFile otherwise, OSError if missing.
 
-    Opened O_NOFOLLOW|O_NONBLOCK, so neither a link nor a FIFO can redirect or hang the caller,
-    and checked with fstat on that same fd.
+    The entry is looked at before it is opened for reading (so a FIFO or device never is), then
+    opened O_NOFOLLOW|O_NONBLOCK and checked with fstat to be that same file of that size.
     """
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    if os.path.commonpath([real_root, real]) != real_root:
+    real, entry = _look_at(path)
+    if stat.S_ISLNK(entry.st_mode):
+        raise NotAShardFile(f"{path}: is a symbolic link")
+    if not _is_inside(real, _real_path(root)):
         raise NotAShardFile(f"{path}: lies outside {root}")
+    if not stat.S_ISREG(entry.st_mode):
+        raise NotAShardFile(f"{path}: is not a regular file")
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
                      | getattr(os, "O_CLOEXEC", 0))
@@ -61,14 +64,44 @@ def open_regular(path: PathLike, root: PathLike, size: int) -> int:
         raise
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NotAShardFile(f"{path}: is not a regular file")
+        if (info.st_dev, info.st_ino) != (entry.st_dev, entry.st_ino) or not stat.S_ISREG(info.st_mode):
+            raise NotAShardFile(f"{path}: was replaced while it was opened")
         if info.st_size != size:
             raise WrongSize(path, info.st_size, size)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+#: Open a name without following a final link or touching what it names (Linux); None elsewhere.
+_LOOK_FLAGS = (os.O_PATH | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)) if hasattr(os, "O_PATH") else None
+
+
+def _look_at(path: PathLike) -> "tuple[str, os.stat_result]":
+    """(real path, lstat) of a name: its real path as the kernel names an O_PATH fd of it in
+    /proc/self/fd, one system call where os.path.realpath takes one per component; realpath and
+    lstat where O_PATH or /proc is missing. OSError if the name does not exist."""
+    if _LOOK_FLAGS is not None:
+        fd = os.open(path, _LOOK_FLAGS)
+        try:
+            return os.readlink(f"/proc/self/fd/{fd}"), os.fstat(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return os.path.realpath(path), os.lstat(path)
+
+
+def _real_path(folder: PathLike) -> str:
+    """The real path of a folder (what it links to, if it is a link), as _look_at finds it."""
+    real, entry = _look_at(folder)
+    return os.path.realpath(folder) if stat.S_ISLNK(entry.st_mode) else real
+
+
+def _is_inside(real: str, real_root: str) -> bool:
+    """True when the real path `real` is real_root or below it."""
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
 def hash_shard_file(path: PathLike, root: PathLike, size: int) -> str:
