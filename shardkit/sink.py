@@ -171,7 +171,7 @@ def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[Progr
             if isinstance(outcome, Skipped):
                 skipped.append(outcome)
                 if ctx.on_error == "fail":
-                    raise ConversionError(f"{outcome.message()} (--on-error fail)", path=outcome.path)
+                    raise outcome.failure("--on-error fail")
                 if ctx.max_errors is not None and len(skipped) > ctx.max_errors:
                     raise ConversionError(f"more than {ctx.error_limit} inputs failed (--max-errors); "
                                           f"last: {outcome.message()}", path=outcome.path)
@@ -232,7 +232,7 @@ NEARLY_FULL = 1 << 20
 
 def write_failure(final: Path, task: ShardTask, exc: BaseException) -> ConversionError:
     """The one-line error for a shard that could not be written, with what to do next."""
-    return ConversionError(f"{final}: cannot write shard {task.shard} {explain_write_failure(exc, final.parent)}",
+    return ConversionError(f"cannot write shard {task.shard} {explain_write_failure(exc, final.parent)}",
                            path=str(final))
 
 

@@ -94,7 +94,7 @@ class KeyTable:
         self._cached: Tuple[int, List[bytes]] = (-1, [])
 
     def _corrupt(self, problem: str) -> CorruptShardError:
-        return CorruptShardError(f"{self._path}: corrupt key table: {problem}", path=self._path)
+        return CorruptShardError(f"corrupt key table: {problem}", path=self._path)
 
     def key(self, index: int) -> Optional[str]:
         """The key of sample index (None when the sample was stored without one)."""

@@ -248,9 +248,9 @@ def _acquire(path: str, readahead: bool) -> Tuple[Tuple[Any, ...], _SharedEnv]:
     try:
         stat = os.stat(path)
     except OSError as exc:
-        raise CorruptShardError(f"{path}: cannot open LMDB shard ({exc.strerror})", path=path) from None
+        raise CorruptShardError(f"cannot open LMDB shard ({exc.strerror})", path=path) from None
     if stat.st_size == 0:
-        raise CorruptShardError(f"{path}: not a readable LMDB shard (empty file)", path=path)
+        raise CorruptShardError("not a readable LMDB shard (empty file)", path=path)
     key = (stat.st_dev, stat.st_ino, "lmdb-env")
 
     def opener() -> _SharedEnv:
@@ -258,13 +258,13 @@ def _acquire(path: str, readahead: bool) -> Tuple[Tuple[Any, ...], _SharedEnv]:
             env = lmdb.open(path, subdir=False, readonly=True, lock=False, meminit=False, create=False,
                             readahead=readahead, max_readers=MAX_READERS, max_dbs=0)
         except lmdb.Error as exc:
-            raise CorruptShardError(f"{path}: not a readable LMDB shard ({_short(exc, path)})", path=path) from None
+            raise CorruptShardError(f"not a readable LMDB shard ({_short(exc, path)})", path=path) from None
         return _SharedEnv(env, readahead)
 
     shared = OPEN_FILES.acquire(key, opener)
     if shared.readahead != readahead:
         OPEN_FILES.release(key, shared)
-        raise UsageError(f"{path}: already open in this process with readahead={shared.readahead}; LMDB "
+        raise UsageError(f"already open in this process with readahead={shared.readahead}; LMDB "
                          "allows one environment per file and process, so close the other dataset first "
                          f"to read it with readahead={readahead}", path=path)
     return key, shared
@@ -293,7 +293,7 @@ class LMDBReader(ShardReader):
             raise
 
     def _corrupt(self, problem: str) -> CorruptShardError:
-        return CorruptShardError(f"{self._path}: corrupt LMDB shard: {problem}", path=self._path)
+        return CorruptShardError(f"corrupt LMDB shard: {problem}", path=self._path)
 
     def _check_structure(self, shared: _SharedEnv) -> Tuple[int, np.ndarray]:
         try:
@@ -382,7 +382,7 @@ class LMDBReader(ShardReader):
     def _locked(self) -> Iterator[_SharedEnv]:
         shared = self._shared
         if shared is None:
-            raise CorruptShardError(f"{self._path}: reader is closed", path=self._path)
+            raise CorruptShardError("reader is closed", path=self._path)
         with shared.lock:
             try:
                 yield shared
