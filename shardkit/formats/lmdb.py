@@ -449,10 +449,13 @@ class LMDBReader(ShardReader):
         width = self._schema.sample_nbytes
         rows = min(self._per_block, self._count - block * self._per_block)
         with self._locked() as shared:
-            value = shared.txn.get(sample_key(block))
+            try:
+                value = shared.txn.get(sample_key(block))
+            except lmdb.Error as exc:
+                raise CorruptSampleError(self._path, index, _short(exc, self._path)) from None
             if value is None or len(value) != rows * width:
-                raise self._corrupt(f"sample {index}: block {block} is missing" if value is None else
-                                    f"sample {index}: block {block} holds {len(value)} bytes, not {rows * width}")
+                raise CorruptSampleError(self._path, index, f"block {block} is missing" if value is None else
+                                         f"block {block} holds {len(value)} bytes, not {rows * width}")
             stored = value[position * width:(position + 1) * width].tobytes()
         payload = restore(self._schema, stored, width, False, self._path, index)
         assert self._crcs is not None
