@@ -119,6 +119,7 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
                                   f"first: {_first_skip(done, plan_skipped)}")
         ctx = SinkContext(dst=dst, source=source, format_name=fmt.name, schema=schema,
                           format_options=fmt.default_options(schema, source.estimated_bytes()),
+                          writer_options=fmt.writer_options(),
                           on_error=run.on_error, max_errors=run.max_errors, error_limit=run.max_errors,
                           order=permutation, dataset_id=dataset_identity(plan_fingerprint))
         if plan.readahead is not None:

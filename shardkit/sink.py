@@ -16,6 +16,7 @@ import numpy as np
 
 from .errors import ConversionError
 from .formats import get_format
+from .formats.base import FormatOptions
 from .integrity import durable_replace, fsync_path, hash_file, hash_shard_file, temp_path
 from .journal import Journal
 from .manifest import SHARDS_DIR
@@ -35,7 +36,8 @@ class SinkContext:
     source: Source
     format_name: str
     schema: SampleSchema
-    format_options: Dict[str, Any]
+    format_options: Dict[str, Any]      # the reader's, recorded in the manifest
+    writer_options: FormatOptions = field(default_factory=FormatOptions)
     on_error: str = "skip"
     #: skipped inputs this shard may still have (what is left of --max-errors); None: no limit
     max_errors: Optional[int] = None
@@ -163,7 +165,7 @@ def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[Progr
     count = source_bytes = 0
     try:
         _unlink_quietly(tmp)
-        writer = fmt.open_writer(str(tmp), ctx.schema, ctx.format_options, ctx.dataset_id)
+        writer = fmt.open_writer(str(tmp), ctx.schema, ctx.writer_options, ctx.dataset_id)
     except Exception as exc:  # noqa: BLE001 - any library's failure to create the file
         raise write_failure(final, task, exc) from None
     try:

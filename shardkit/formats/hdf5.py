@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import CorruptShardError, UsageError
 from ..records import Encoded, EncodedRows
 from ..schema import COMPRESSIONS, SampleSchema
-from .base import ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
+from .base import FormatOptions, ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
 from .keys import KeyPacker, KeyTable
 
 #: Chunk of the packed byte stream; a random read decompresses at most two of them.
@@ -515,7 +515,7 @@ class HDF5Format(ShardFormat):
         payload = np.asarray(payload_bytes, dtype=np.int64)
         return payload + payload // 1024 + tables
 
-    def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any],
+    def open_writer(self, path: str, schema: SampleSchema, options: FormatOptions,
                     dataset_id: str = "") -> ShardWriter:
         return HDF5Writer(path, schema, dataset_id)
 

@@ -33,7 +33,7 @@ from ..errors import CorruptSampleError, CorruptShardError, UsageError
 from ..openfiles import OPEN_FILES
 from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
-from .base import ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
+from .base import FormatOptions, ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
 from .keys import KeyPacker, KeyTable
 from .packing import (BytesLike, check_lengths, check_per_sample_compression, compress, payload_bytes, raw_rows,
                       restore)
@@ -506,7 +506,7 @@ class LMDBFormat(ShardFormat):
         overflow = -(-(value + 16) // 4096) * 4096 + 64
         return np.where(value > 2000, overflow, (value + 18) * 16 // 15 + 1) + 8
 
-    def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any],
+    def open_writer(self, path: str, schema: SampleSchema, options: FormatOptions,
                     dataset_id: str = "") -> ShardWriter:
         return LMDBWriter(path, schema, dataset_id)
 

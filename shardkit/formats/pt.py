@@ -24,7 +24,7 @@ import torch
 from ..errors import CorruptShardError
 from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
-from .base import ShardFormat, ShardReader, ShardWriter
+from .base import FormatOptions, ShardFormat, ShardReader, ShardWriter
 from .keys import KeyPacker, KeyTable
 from .packing import check_per_sample_compression, compress, payload_bytes, raw_rows, restore
 
@@ -260,7 +260,7 @@ class PTFormat(ShardFormat):
         """Payload + offset, raw length, label and CRC32 (8 each)."""
         return np.asarray(payload_bytes, dtype=np.int64) + 32
 
-    def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any],
+    def open_writer(self, path: str, schema: SampleSchema, options: FormatOptions,
                     dataset_id: str = "") -> ShardWriter:
         return PTWriter(path, schema, dataset_id)
 

@@ -161,7 +161,7 @@ class TestFormatConformance:
     def test_append_many_refuses_a_wrong_shape(self, fmt: str, tmp_path: Path) -> None:
         samples = _array_samples(3) + [Encoded.make(np.zeros((5, 7, 2), dtype=np.uint8), 0)]
         writer = get_format(fmt).open_writer(str(tmp_path / f"bad{get_format(fmt).extension}"), ARRAY_SCHEMA,
-                                             get_format(fmt).default_options(ARRAY_SCHEMA, 0))
+                                             get_format(fmt).writer_options())
         with pytest.raises(ValueError, match="shape"):
             writer.append_many(samples)
         writer.abort()
@@ -178,7 +178,7 @@ def _assert_runs_write_like_append(fmt: str, tmp_path: Path, schema: SampleSchem
     extension = get_format(fmt).extension
     one, many = tmp_path / f"one{extension}", tmp_path / f"many{extension}"
     write_shard(fmt, one, schema, samples)
-    writer = get_format(fmt).open_writer(str(many), schema, get_format(fmt).default_options(schema, 0))
+    writer = get_format(fmt).open_writer(str(many), schema, get_format(fmt).writer_options())
     writer.append(samples[0])
     for run in runs:
         writer.append_many(run)
