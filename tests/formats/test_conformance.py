@@ -142,7 +142,7 @@ class TestFormatConformance:
         """EncodedRows (how CSV rows arrive) may take a format's block path: the bytes must not change,
         wherever a writer's internal batches end."""
         if small_batches:                  # LMDB commits every 17 records or 1000 bytes: boundaries inside blocks
-            import shardkit.formats.lmdb as lmdb_format
+            import shardkit.formats.lmdb_writer as lmdb_format
             monkeypatch.setattr(lmdb_format, "BATCH_SAMPLES", 17)
             monkeypatch.setattr(lmdb_format, "BATCH_BYTES", 1000)
         schema = SampleSchema(kind="tabular", layout="array", dtype=dtype, shape=shape, compression=compression)
