@@ -120,9 +120,9 @@ def _open(dst: str, decode: bool) -> "tuple[Any, bool, str]":
     problems = [problem for problem in verify(dst, mode="quick").problems if problem.kind != "extra"]
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise CorruptShardError(f"{problems[0].message}{more}; see shardkit verify {dst}", path=dst)
+        raise CorruptShardError(f"{problems[0].message}{more}; see shardkit verify {dst}")
     if not manifest.num_samples:
-        raise UsageError(f"{dst}: holds no samples to read", path=dst)
+        raise UsageError("holds no samples to read", path=dst)
     if not decode:
         if schema.is_array:
             return open_dataset(dst, decode=None), True, "stored arrays, stacked"

@@ -35,4 +35,4 @@ def plot_report(report: BenchReport, path: str) -> None:
     try:
         figure.savefig(path, dpi=100, bbox_inches="tight")
     except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: cannot write the plot ({exc})") from None
+        raise UsageError(f"cannot write the plot ({exc})", path=path) from None

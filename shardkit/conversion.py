@@ -86,7 +86,7 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
 
     ranges = source.plan_ranges(budget, plan.samples_per_shard, None, stored_bytes)
     if not ranges:
-        raise EmptySourceError(f"{src}: no input to convert ({_describe_summary(source.summary())})"
+        raise EmptySourceError(f"no input to convert ({_describe_summary(source.summary())})"
                                f"{source.empty_hint()}", path=src)
     permutation = planned_order(ranges[-1][1], order)
     if permutation is not None:
@@ -112,13 +112,14 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
         done, pending = _split_done(journal, dst, tasks, fmt.extension)
         plan_skipped = source.plan_skipped()
         if plan_skipped and run.on_error == "fail":
-            raise ConversionError(f"{plan_skipped[0].message()} (--on-error fail)", path=plan_skipped[0].path)
+            raise plan_skipped[0].failure("--on-error fail")
         already_skipped = len(plan_skipped) + sum(len(result.skipped) for result in done)
         if run.max_errors is not None and already_skipped > run.max_errors:
             raise ConversionError(f"more than {run.max_errors} inputs failed (--max-errors); "
                                   f"first: {_first_skip(done, plan_skipped)}")
         ctx = SinkContext(dst=dst, source=source, format_name=fmt.name, schema=schema,
                           format_options=fmt.default_options(schema, source.estimated_bytes()),
+                          writer_options=fmt.writer_options(),
                           on_error=run.on_error, max_errors=run.max_errors, error_limit=run.max_errors,
                           order=permutation, dataset_id=dataset_identity(plan_fingerprint))
         if plan.readahead is not None:
@@ -132,7 +133,7 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
             manifest.part.update(plan_fingerprint=plan_fingerprint, plan_shards=len(ranges),
                                  plan_skipped=len(plan_skipped))
         if manifest.num_samples == 0 and (tasks or plan.part_tuple is None):
-            raise EmptySourceError(f"{src}: no usable sample; every input was skipped "
+            raise EmptySourceError("no usable sample; every input was skipped "
                                    f"(first: {_first_skip(results, plan_skipped)})", path=src)
         skipped_lines = [item.to_dict() for item in plan_skipped]
         for result in results:
@@ -143,8 +144,7 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
         journal.remove()
     except KeyboardInterrupt:
         remove_stale_temps(dst)
-        raise ConversionInterrupted(f"{dst}: interrupted; finished shards are kept — run the same command "
-                                    "with --resume to continue", path=dst) from None
+        raise ConversionInterrupted(dst) from None
     except EmptySourceError:
         # Nothing usable: leave no trace that could pass for a dataset.
         if created_dst:
@@ -176,12 +176,12 @@ def refuse_nested(src: str, dst: str, labels: Optional[str] = None) -> None:
             continue
         real = os.path.realpath(path)
         if real == real_dst:
-            raise UsageError(f"{dst}: DST is {role}; write the converted dataset to another folder", path=dst)
+            raise UsageError(f"DST is {role}; write the converted dataset to another folder", path=dst)
         if os.path.commonpath([real, real_dst]) == real:
-            raise UsageError(f"{dst}: DST is inside {role} {path}; write the converted dataset outside it",
+            raise UsageError(f"DST is inside {role} {path}; write the converted dataset outside it",
                              path=dst)
         if os.path.commonpath([real, real_dst]) == real_dst:
-            raise UsageError(f"{dst}: DST holds {role} {path}; write the converted dataset to another folder",
+            raise UsageError(f"DST holds {role} {path}; write the converted dataset to another folder",
                              path=dst)
 
 
@@ -191,9 +191,9 @@ def _destination_failure(dst: str, exc: OSError) -> ShardkitError:
     error that --resume cannot help."""
     where = exc.filename if isinstance(exc.filename, str) else dst
     if exc.errno in NOT_WRITABLE:
-        return UsageError(f"{where}: cannot write ({exc.strerror}); DST must be a folder this user can "
+        return UsageError(f"cannot write ({exc.strerror}); DST must be a folder this user can "
                           "write on a writable file system", path=where)
-    return ConversionError(f"{where}: cannot write {explain_write_failure(exc, Path(where).parent)}", path=where)
+    return ConversionError(f"cannot write {explain_write_failure(exc, Path(where).parent)}", path=where)
 
 
 def dataset_identity(plan_fingerprint: str) -> str:
@@ -218,7 +218,7 @@ def _already_complete(dst: str, fingerprint: str, run: RunOptions) -> Optional[M
         return None
     manifest = load_manifest(dst)
     if manifest.source.get("fingerprint") != fingerprint:
-        raise UsageError(f"{dst}: already holds a complete dataset made from other input or options; "
+        raise UsageError("already holds a complete dataset made from other input or options; "
                          "use --overwrite to replace it", path=dst)
     if journal.root.exists():       # killed while removing its journal, after the manifest was written
         journal.lock()
@@ -231,7 +231,7 @@ def _start_or_resume(journal: Journal, fingerprint: str, run: RunOptions) -> str
     previous = journal.read_plan()
     if run.resume and previous is not None:
         if previous.get("fingerprint") != fingerprint:
-            raise UsageError(f"{journal.root.parent}: SRC or options differ from the interrupted run; "
+            raise UsageError("SRC or options differ from the interrupted run; "
                              "resume with the same ones, or use --overwrite to start over",
                              path=str(journal.root.parent))
         return str(previous["created"])

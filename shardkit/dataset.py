@@ -43,14 +43,14 @@ class ShardDataset(torch.utils.data.Dataset):
         self.root = os.path.abspath(os.fspath(root))
         self.manifest: Manifest = _manifest if _manifest is not None else load_manifest(self.root)
         if self.format_name is not None and self.manifest.format_name != self.format_name:
-            raise UsageError(f"{self.root}: holds {self.manifest.format_name} shards, not {self.format_name}; "
+            raise UsageError(f"holds {self.manifest.format_name} shards, not {self.format_name}; "
                              "use shardkit.open_dataset to pick the right reader", path=self.root)
         self._format = get_format(self.manifest.format_name)
         fmt = self._format
         check_version(fmt, self.manifest.format_version, self.root)
         fmt.reader_options.from_dict(format_options, f"open_dataset ({fmt.name})", also=DATASET_OPTIONS)
         if return_key and self.manifest.format_version < fmt.keys_since:
-            raise UsageError(f"{self.root}: written with {fmt.name} format version {self.manifest.format_version}, "
+            raise UsageError(f"written with {fmt.name} format version {self.manifest.format_version}, "
                              f"before samples stored their keys; return_key needs version {fmt.keys_since} "
                              "(re-shard it: shardkit convert OLD NEW keys each sample by its index)", path=self.root)
         if max_open_shards is None:
@@ -121,7 +121,7 @@ class ShardDataset(torch.utils.data.Dataset):
         if not self.as_dict:
             return make_decoder(self.manifest.schema, self.decode, self.manifest.source)
         if self.manifest.schema.kind != "tabular":
-            raise UsageError(f"{self.root}: as_dict=True applies to tabular (CSV) datasets only", path=self.root)
+            raise UsageError("as_dict=True applies to tabular (CSV) datasets only", path=self.root)
         from .codecs.tabular import make_tabular_decoder
         return make_tabular_decoder(self.manifest.schema, self.decode, as_dict=True)
 
@@ -166,11 +166,11 @@ class ShardDataset(torch.utils.data.Dataset):
         try:
             digest = hash_shard_file(path, self.root, int(self._sizes[shard]))
         except (OSError, ValueError) as exc:
-            raise CorruptShardError(f"{path}: shard {shard} is missing, unreadable or not a regular file "
-                                    f"inside the dataset ({exc})", path=path) from None
+            raise CorruptShardError(f"is missing, unreadable or not a regular file "
+                                    f"inside the dataset ({exc})", path=path, shard=shard) from None
         if digest != self.manifest.shards.sha256s[shard]:
-            raise CorruptShardError(f"{path}: shard {shard} fails its sha256 check (its bytes changed after "
-                                    "conversion)", path=path)
+            raise CorruptShardError("fails its sha256 check (its bytes changed after "
+                                    "conversion)", path=path, shard=shard)
         self._hashed.add(key)
 
     def _open(self, shard: int) -> ShardReader:

@@ -1,7 +1,23 @@
-"""The ShardkitError tree: every expected failure owns a one-line message and an exit code."""
+"""The ShardkitError tree: every expected failure owns a one-line message and an exit code.
+
+Like click's exceptions, each error keeps what its raiser knows as fields (the file, the shard,
+the sample, the line, the problem, what was expected and found) and builds its message from them
+in format_message(), whenever it is shown. An error pickles with its fields, so one raised in a
+worker process reads the same in its parent."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+import os
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+Shard = Union[int, str]     # a shard's number in the manifest, or its path there
+
+
+def _rebuild(cls: type, fields: Dict[str, Any]) -> "ShardkitError":
+    """An error of class cls with these fields (unpickling: no constructor signature involved)."""
+    error: ShardkitError = (OSError if issubclass(cls, OSError) else Exception).__new__(cls)  # its layout's base
+    error.__dict__.update(fields)
+    BaseException.__init__(error, error.format_message())
+    return error
 
 
 class ShardkitError(Exception):
@@ -9,9 +25,40 @@ class ShardkitError(Exception):
 
     exit_code = 1
 
-    def __init__(self, message: str, *, path: Optional[str] = None) -> None:
-        super().__init__(message)
-        self.path = path
+    def __init__(self, problem: str, *, path: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 line: Optional[int] = None, expected: Any = None, actual: Any = None) -> None:
+        self.problem = problem
+        self.path = None if path is None else os.fspath(path)
+        self.line = line
+        self.expected, self.actual = expected, actual
+        super().__init__(self.format_message())
+
+    def location(self) -> List[str]:
+        """Where the problem is, outermost first: the file (with its line), then shard or sample."""
+        if not self.path:
+            return []
+        return [self.path if self.line is None else f"{self.path}:{self.line}"]
+
+    def format_message(self) -> str:
+        """'<where>: <problem>[ <actual>, expected <expected>]', built from the fields."""
+        return ": ".join([*self.location(), self.detail()])
+
+    def after_file(self) -> str:
+        """The message after its file (and line): for a caller that names the file itself."""
+        return ": ".join([*self.location()[1 if self.path else 0:], self.detail()])
+
+    def detail(self) -> str:
+        """The problem, with what was found and expected."""
+        if self.expected is None:
+            return self.problem
+        return f"{self.problem} {self.actual}, expected {self.expected}"
+
+    def __str__(self) -> str:
+        return self.format_message()
+
+    def __reduce__(self) -> Any:
+        """Pickles with its fields (worker processes send errors to their parent)."""
+        return (_rebuild, (self.__class__, dict(self.__dict__)))
 
 
 class UsageError(ShardkitError, ValueError):
@@ -22,22 +69,20 @@ class UsageError(ShardkitError, ValueError):
 
 class UnknownOptionError(UsageError, TypeError):
     """A keyword no option class knows (a misspelt option is never ignored); a TypeError too, as
-    Python raises for an unexpected keyword argument. The message is built from its fields."""
+    Python raises for an unexpected keyword argument."""
 
     def __init__(self, where: str, name: str, suggestion: Optional[str] = None,
                  known: Sequence[str] = ()) -> None:
         self.where, self.name, self.suggestion, self.known = where, name, suggestion, tuple(known)
-        super().__init__(self.format_message())
+        super().__init__(f"unknown option {name!r}")
 
-    def format_message(self) -> str:
-        hint = f"; did you mean {self.suggestion!r}?" if self.suggestion else f"; known: {', '.join(self.known)}"
-        return f"{self.where}: unknown option {self.name!r}{hint}"
+    def location(self) -> List[str]:
+        return [self.where]
 
-    def __str__(self) -> str:
-        return self.format_message()
-
-    def __reduce__(self) -> Any:
-        return (self.__class__, (self.where, self.name, self.suggestion, self.known))
+    def detail(self) -> str:
+        """The option, with the closest known name, or all of them."""
+        hint = f"did you mean {self.suggestion!r}?" if self.suggestion else f"known: {', '.join(self.known)}"
+        return f"unknown option {self.name!r}; {hint}"
 
 
 class NotADatasetError(UsageError, FileNotFoundError):
@@ -49,11 +94,23 @@ class DestinationExistsError(UsageError, FileExistsError):
 
 
 class ManifestError(ShardkitError, ValueError):
-    """manifest.json is unreadable, edited, unsafe or of a version this shardkit cannot read."""
+    """manifest.json is unreadable, edited, unsafe or of a version this shardkit cannot read;
+    shard names the manifest's shard entry the problem is in, if one."""
+
+    def __init__(self, problem: str, *, path: Optional[str] = None, shard: Optional[Shard] = None,
+                 expected: Any = None, actual: Any = None) -> None:
+        self.shard = shard
+        super().__init__(problem, path=path, expected=expected, actual=actual)
+
+    def location(self) -> List[str]:
+        return super().location() + ([f"shard {self.shard}"] if self.shard is not None else [])
 
 
 class SourceError(ShardkitError, ValueError):
-    """An input file or tree cannot be used as given."""
+    """An input file or tree cannot be used as given (line: the line of the file, if one)."""
+
+    def __init__(self, problem: str, *, path: Optional[str] = None, line: Optional[int] = None) -> None:
+        super().__init__(problem, path=path, line=line)
 
 
 class EmptySourceError(SourceError):
@@ -63,13 +120,18 @@ class EmptySourceError(SourceError):
 class SampleError(SourceError):
     """One input item could not be turned into a sample (skipped unless --on-error fail)."""
 
-    def __init__(self, message: str, *, path: Optional[str] = None, line: Optional[int] = None) -> None:
-        super().__init__(message, path=path)
-        self.line = line
-
 
 class ConversionError(ShardkitError):
-    """A conversion ran but had to stop (too many errors, --on-error fail, a write failure)."""
+    """A conversion ran but had to stop (too many errors, --on-error fail, a write failure);
+    shard names the shard being written, if one."""
+
+    def __init__(self, problem: str, *, path: Optional[str] = None, line: Optional[int] = None,
+                 shard: Optional[Shard] = None) -> None:
+        self.shard = shard
+        super().__init__(problem, path=path, line=line)
+
+    def location(self) -> List[str]:
+        return super().location() + ([f"shard {self.shard}"] if self.shard is not None else [])
 
 
 class ConversionInterrupted(ConversionError):
@@ -78,47 +140,59 @@ class ConversionInterrupted(ConversionError):
 
     exit_code = 130
 
+    def __init__(self, path: str) -> None:
+        super().__init__("interrupted; finished shards are kept — run the same command with --resume "
+                         "to continue", path=path)
+
 
 class LockedError(ShardkitError):
-    """Another conversion holds the DST lock."""
+    """Another conversion holds the DST lock (the lock file's path in lock)."""
+
+    def __init__(self, path: str, lock: str) -> None:
+        self.lock = lock
+        super().__init__(f"another shardkit convert is writing here (lock {lock} is held); wait for it to "
+                         "finish or stop it first", path=path)
 
 
 class CorruptShardError(ShardkitError, OSError):
-    """A shard is missing, truncated, or its structure does not add up."""
+    """A shard is missing, truncated, or its structure does not add up; shard is its number or
+    manifest path when the raiser knows it (a format's reader knows only the file)."""
 
-    def __init__(self, message: str, *, path: Optional[str] = None) -> None:
-        ShardkitError.__init__(self, message, path=path)
+    def __init__(self, problem: str, *, path: Optional[str] = None, shard: Optional[Shard] = None,
+                 expected: Any = None, actual: Any = None) -> None:
+        self.shard = shard
+        ShardkitError.__init__(self, problem, path=path, expected=expected, actual=actual)
+
+    def location(self) -> List[str]:
+        return super().location() + ([f"shard {self.shard}"] if self.shard is not None else [])
 
 
 class ForeignShardError(CorruptShardError):
-    """A shard file carries another dataset's identity: the dataset was replaced (converted again
-    into the same folder) after its manifest was read."""
+    """A shard file carries another dataset's identity (actual) than its manifest (expected): the
+    dataset was replaced (converted again into the same folder) after its manifest was read."""
+
+    def __init__(self, path: str, shard: Shard, actual: str, expected: str) -> None:
+        super().__init__("belongs to another dataset; the files were replaced, so open the dataset again "
+                         "— its dataset_id is", path=path, shard=shard, actual=repr(actual),
+                         expected=repr(expected))
 
 
 class CorruptSampleError(CorruptShardError):
     """One sample cannot be trusted: its record is damaged, it fails its CRC32 check, or its
     label is out of range. Found inside a format, it names the shard file and local index; the
-    dataset adds the manifest's shard path and the global index. Like click's exceptions, the
-    message is built from these fields whenever it is shown."""
+    dataset adds the manifest's shard path and the global index."""
 
     def __init__(self, path: str, index: int, problem: str, *, shard: Optional[str] = None,
                  global_index: Optional[int] = None) -> None:
         self.index = index
-        self.problem = problem
-        self.shard = shard
         self.global_index = global_index
-        super().__init__(problem, path=path)
+        super().__init__(problem, path=path, shard=shard)
 
-    def format_message(self) -> str:
-        """'<file>: sample <local> (global index <i>): <problem>'."""
+    def location(self) -> List[str]:
+        """'<file>: sample <local> (global index <i>)': the file already names the shard."""
         where = f"sample {self.index}" + (f" (global index {self.global_index})" if self.global_index is not None
                                           else "")
-        return f"{self.path}: {where}: {self.problem}"
+        return ShardkitError.location(self) + [where]
 
-    def __str__(self) -> str:
-        return self.format_message()
-
-    def __reduce__(self) -> Any:
-        """Pickles with its fields (worker processes send it to their parent)."""
-        return (self.__class__, (self.path, self.index, self.problem),
-                {"shard": self.shard, "global_index": self.global_index})
+    def detail(self) -> str:
+        return self.problem

@@ -30,15 +30,25 @@ def hash_file(path: PathLike) -> str:
 
 class NotAShardFile(ValueError):
     """A path that must be a regular file inside a folder is a link, a special file, or outside
-    the folder."""
+    the folder; the file and the problem are kept apart, for callers that name the file already."""
+
+    def __init__(self, path: PathLike, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path, self.problem = os.fspath(path), problem
+
+    def __reduce__(self) -> "tuple[type, tuple[Any, ...]]":
+        return (self.__class__, (self.path, self.problem))
 
 
 class WrongSize(NotAShardFile):
     """A regular file that does not have the size expected."""
 
     def __init__(self, path: PathLike, size: int, expected: int) -> None:
-        super().__init__(f"{path}: has {size} bytes, expected {expected}")
-        self.size = size
+        super().__init__(path, f"has {size} bytes, expected {expected}")
+        self.size, self.expected = size, expected
+
+    def __reduce__(self) -> "tuple[type, tuple[Any, ...]]":
+        return (self.__class__, (self.path, self.size, self.expected))
 
 
 def open_regular(path: PathLike, root: PathLike, size: int) -> int:
@@ -50,22 +60,22 @@ def open_regular(path: PathLike, root: PathLike, size: int) -> int:
     """
     real, entry = _look_at(path)
     if stat.S_ISLNK(entry.st_mode):
-        raise NotAShardFile(f"{path}: is a symbolic link")
+        raise NotAShardFile(path, "is a symbolic link")
     if not _is_inside(real, _real_path(root)):
-        raise NotAShardFile(f"{path}: lies outside {root}")
+        raise NotAShardFile(path, f"lies outside {root}")
     if not stat.S_ISREG(entry.st_mode):
-        raise NotAShardFile(f"{path}: is not a regular file")
+        raise NotAShardFile(path, "is not a regular file")
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
                      | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise NotAShardFile(f"{path}: is a symbolic link") from None
+            raise NotAShardFile(path, "is a symbolic link") from None
         raise
     try:
         info = os.fstat(fd)
         if (info.st_dev, info.st_ino) != (entry.st_dev, entry.st_ino) or not stat.S_ISREG(info.st_mode):
-            raise NotAShardFile(f"{path}: was replaced while it was opened")
+            raise NotAShardFile(path, "was replaced while it was opened")
         if info.st_size != size:
             raise WrongSize(path, info.st_size, size)
     except BaseException:
@@ -113,7 +123,7 @@ def hash_shard_file(path: PathLike, root: PathLike, size: int) -> str:
         while left:
             block = handle.read(min(_BLOCK, left))
             if not block:
-                raise NotAShardFile(f"{path}: ended after {size - left} of {size} bytes")
+                raise NotAShardFile(path, f"ended after {size - left} of {size} bytes")
             digest.update(block)
             left -= len(block)
     return digest.hexdigest()

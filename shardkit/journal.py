@@ -63,9 +63,7 @@ class Journal:
         except OSError as exc:
             os.close(fd)
             if exc.errno in (errno.EAGAIN, errno.EACCES):
-                raise LockedError(f"{self.root.parent}: another shardkit convert is writing here "
-                                  f"(lock {self.root / 'lock'} is held); wait for it to finish or stop it first",
-                                  path=str(self.root.parent)) from None
+                raise LockedError(str(self.root.parent), str(self.root / "lock")) from None
             raise
         self._lock_fd = fd
 
@@ -129,7 +127,7 @@ def refuse_links(dst: PathLike) -> None:
     for rel in _LINK_CHECKED:
         path = os.path.join(dst, rel)
         if os.path.islink(path):
-            raise UsageError(f"{path}: is a symbolic link; shardkit writes and deletes only its own files "
+            raise UsageError("is a symbolic link; shardkit writes and deletes only its own files "
                              "inside DST and refuses to follow links there (remove the link)", path=path)
 
 
@@ -141,7 +139,7 @@ def claim_destination(dst: str, overwrite: bool, resume: bool) -> Journal:
     """
     path = Path(dst)
     if path.exists() and not path.is_dir():
-        raise UsageError(f"{dst}: exists and is not a directory", path=dst)
+        raise UsageError("exists and is not a directory", path=dst)
     refuse_links(dst)
     journal = Journal(dst)
     if journal.lock_file_exists():
@@ -164,15 +162,15 @@ def _check_destination(path: Path, overwrite: bool, resume: bool, journal: Journ
     dst = str(path)
     entries = sorted(os.listdir(dst)) if path.is_dir() else []
     if entries and not (overwrite or resume):
-        raise DestinationExistsError(f"{dst}: is not empty; pass --overwrite to replace it or --resume to "
+        raise DestinationExistsError("is not empty; pass --overwrite to replace it or --resume to "
                                      "continue an interrupted conversion", path=dst)
     foreign = [name for name in entries if name not in _OWN_ENTRIES and not _TEMP_NAME.match(name)]
     if foreign and overwrite:
-        raise DestinationExistsError(f"{dst}: holds files shardkit did not write ({', '.join(foreign[:3])}); "
+        raise DestinationExistsError(f"holds files shardkit did not write ({', '.join(foreign[:3])}); "
                                      "refusing to delete them — choose an empty DST", path=dst)
     if entries and resume and not journal.exists():
         if foreign or (path / MANIFEST_NAME).exists():
-            raise UsageError(f"{dst}: nothing to resume here (no unfinished conversion); "
+            raise UsageError("nothing to resume here (no unfinished conversion); "
                              "use --overwrite to start over", path=dst)
         # Killed before its plan was recorded: nothing can be finished, so start afresh.
 

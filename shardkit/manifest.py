@@ -89,23 +89,23 @@ class Manifest:
     def from_dict(cls, data: Dict[str, Any], *, where: str = MANIFEST_NAME) -> "Manifest":
         """Parse and check a manifest dict: version gate, self-checksum, consistent shards."""
         if not isinstance(data, dict):
-            raise ManifestError(f"{where}: not a JSON object")
+            raise ManifestError("not a JSON object", path=where)
         if "manifest_version" not in data:
-            raise ManifestError(f"{where}: missing manifest_version")
+            raise ManifestError("missing manifest_version", path=where)
         version = data["manifest_version"]
         if not isinstance(version, int) or isinstance(version, bool):
-            raise ManifestError(f"{where}: manifest_version must be a whole number, not "
-                                f"{type(version).__name__} {version!r}")
+            raise ManifestError("manifest_version must be a whole number, not "
+                                f"{type(version).__name__} {version!r}", path=where)
         if version < 1:
-            raise ManifestError(f"{where}: manifest_version {version} is invalid (versions start at 1)")
+            raise ManifestError(f"manifest_version {version} is invalid (versions start at 1)", path=where)
         if version > MANIFEST_VERSION:
-            raise ManifestError(f"{where}: manifest version {version} is newer than this shardkit reads "
-                                f"({MANIFEST_VERSION}); upgrade shardkit")
+            raise ManifestError(f"manifest version {version} is newer than this shardkit reads "
+                                f"({MANIFEST_VERSION}); upgrade shardkit", path=where)
         body = {key: value for key, value in data.items() if key != "manifest_sha256"}
         columns = plain_columns(body.get("shards"))
         if data.get("manifest_sha256") != _body_checksum(body, columns):
-            raise ManifestError(f"{where}: manifest content does not match its manifest_sha256 "
-                                "(a value was edited or damaged; spacing and key order do not matter)")
+            raise ManifestError("manifest content does not match its manifest_sha256 "
+                                "(a value was edited or damaged; spacing and key order do not matter)", path=where)
         try:
             fmt = data["format"]
             manifest = cls(
@@ -120,7 +120,7 @@ class Manifest:
         except ManifestError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestError(f"{where}: malformed manifest ({type(exc).__name__}: {exc})") from None
+            raise ManifestError(f"malformed manifest ({type(exc).__name__}: {exc})", path=where) from None
         manifest.check_consistency(where)
         return manifest
 
@@ -132,10 +132,7 @@ class Manifest:
         """Raise ForeignShardError unless a shard carries this dataset's identity (a shard of an older
         format version carries none and is taken as it is, as is any shard of an older dataset)."""
         if self.dataset_id is not None and shard_id != self.dataset_id:
-            raise ForeignShardError(f"{path}: shard {shard} belongs to another dataset (dataset_id "
-                                    f"{shard_id!r}, the manifest this dataset was opened with says "
-                                    f"{self.dataset_id!r}); the files were replaced — open the dataset again",
-                                    path=path)
+            raise ForeignShardError(path, shard, str(shard_id), self.dataset_id)
 
     def save(self, dst: PathLike) -> None:
         """Write DST/manifest.json atomically (it marks the dataset complete)."""
@@ -167,14 +164,14 @@ def load_manifest(dst: PathLike) -> Manifest:
     """Read DST/manifest.json; NotADatasetError if there is none, ManifestError if it is bad."""
     path = manifest_path(dst)
     if not os.path.isdir(dst):
-        raise NotADatasetError(f"{dst}: no such dataset directory", path=str(dst))
+        raise NotADatasetError("no such dataset directory", path=str(dst))
     if not path.is_file():
-        raise NotADatasetError(f"{dst}: not a shardkit dataset (no {MANIFEST_NAME}; "
+        raise NotADatasetError(f"not a shardkit dataset (no {MANIFEST_NAME}; "
                                "an unfinished conversion can continue with --resume)", path=str(dst))
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"{path}: cannot read manifest ({exc})", path=str(path)) from None
+        raise ManifestError(f"cannot read manifest ({exc})", path=str(path)) from None
     except RecursionError:
-        raise ManifestError(f"{path}: cannot read manifest (nested too deeply)", path=str(path)) from None
+        raise ManifestError("cannot read manifest (nested too deeply)", path=str(path)) from None
     return Manifest.from_dict(data, where=str(path))

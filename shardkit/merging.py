@@ -42,7 +42,7 @@ def merge(parts: Sequence[str], dst: str) -> MergeReport:
     ordered = _check_parts(list(parts), manifests)
     path = Path(dst)
     if path.exists() and (not path.is_dir() or os.listdir(path)):
-        raise DestinationExistsError(f"{dst}: exists and is not empty; merge writes a new dataset", path=dst)
+        raise DestinationExistsError("exists and is not empty; merge writes a new dataset", path=dst)
     (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
     entries: List[ShardEntry] = []
     scan_skipped: List[bytes] = []
@@ -53,7 +53,7 @@ def merge(parts: Sequence[str], dst: str) -> MergeReport:
         for entry in manifest.shards:
             source, target = Path(part_dir) / entry.path, path / entry.path
             if not source.is_file() or source.stat().st_size != entry.size:
-                raise ManifestError(f"{source}: missing or not the size its part manifest says; "
+                raise ManifestError("missing or not the size its part manifest says; "
                                     "run shardkit verify on the part", path=str(source))
             try:
                 os.link(source, target)
@@ -85,21 +85,21 @@ def _check_parts(parts: List[str], manifests: List[Manifest]) -> List[Any]:
     for part_dir, manifest in zip(parts, manifests):
         info = manifest.part
         if not info or "plan_fingerprint" not in info:
-            raise UsageError(f"{part_dir}: not a part dataset (convert it with --part I/N)", path=part_dir)
+            raise UsageError("not a part dataset (convert it with --part I/N)", path=part_dir)
         key = (info["count"], info["plan_fingerprint"], manifest.format_name, json.dumps(manifest.classes))
         if reference is None:
             reference = key
         elif key != reference:
-            raise UsageError(f"{part_dir}: is a part of a different conversion than {parts[0]} "
+            raise UsageError(f"is a part of a different conversion than {parts[0]} "
                              "(other SRC, options, format or part count)", path=part_dir)
         if info["index"] in by_index:
-            raise UsageError(f"{part_dir}: part {info['index']} given twice (also {by_index[info['index']][0]})",
+            raise UsageError(f"part {info['index']} given twice (also {by_index[info['index']][0]})",
                              path=part_dir)
         by_index[info["index"]] = (part_dir, manifest)
     count = reference[0]
     if type(count) is not int or count < 1 \
             or any(type(index) is not int or not 0 <= index < count for index in by_index):
-        raise UsageError(f"{parts[0]}: part record {manifests[0].part!r} is malformed", path=parts[0])
+        raise UsageError(f"part record {manifests[0].part!r} is malformed", path=parts[0])
     # The first few missing indices, in time and memory bounded by the parts given (not by count).
     missing = list(itertools.islice((index for index in range(count) if index not in by_index), 10))
     if missing:

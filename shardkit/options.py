@@ -155,7 +155,7 @@ class SourceOptions(OptionGroup):
         foreign = [name for name in known_names() if name not in cls.names() and given(values.get(name))]
         if foreign:
             flags = ", ".join(_flag_anywhere(name) for name in foreign)
-            raise UsageError(f"{src}: {flags} {'does' if len(foreign) == 1 else 'do'} not apply to "
+            raise UsageError(f"{flags} {'does' if len(foreign) == 1 else 'do'} not apply to "
                              f"{cls.applies_to}", path=src)
         return cls.take({name: value for name, value in values.items() if name in cls.names()})
 

@@ -48,6 +48,6 @@ def run_parallel(ctx: SinkContext, tasks: List[ShardTask], workers: int,
                        poll=lambda: on_progress(counters[0], counters[1]),
                        initializer=_init_worker, initargs=(ctx, counters))
     except BrokenProcessPool:
-        raise ConversionError(f"{ctx.dst}: a worker process died unexpectedly (out of memory, or killed); "
+        raise ConversionError("a worker process died unexpectedly (out of memory, or killed); "
                               "finished shards are kept — run the same command with --resume",
                               path=ctx.dst) from None

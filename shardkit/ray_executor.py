@@ -80,11 +80,11 @@ def _result(ray: Any, ref: Any, task: ShardTask, ctx: SinkContext, retries: int)
         cause = getattr(exc, "cause", None)
         if isinstance(cause, ShardkitError):
             raise cause from None
-        raise ConversionError(f"{ctx.dst}: shard {task.name} failed on Ray ({cause or exc})", path=ctx.dst) from None
+        raise ConversionError(f"failed on Ray ({cause or exc})", path=ctx.dst, shard=task.name) from None
     except ray.exceptions.RayError as exc:
-        raise ConversionError(f"{ctx.dst}: shard {task.name} was lost {retries + 1} times on Ray "
+        raise ConversionError(f"was lost {retries + 1} times on Ray "
                               f"({type(exc).__name__}); finished shards are kept — run the same command "
-                              "with --resume", path=ctx.dst) from None
+                              "with --resume", path=ctx.dst, shard=task.name) from None
 
 
 __all__ = ["RETRIES", "run_on_ray", "write_shard_task"]

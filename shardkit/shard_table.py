@@ -112,13 +112,13 @@ class ShardTable(Sequence[ShardEntry]):
         wrong = np.flatnonzero(self.first_index != expected)
         if len(wrong):
             number = int(wrong[0])
-            raise ManifestError(f"{where}: shard {self.paths[number]} starts at index {self.first_index[number]}, "
-                                f"expected {expected[number]}")
+            raise ManifestError("starts at index", path=where, shard=self.paths[number],
+                                actual=int(self.first_index[number]), expected=int(expected[number]))
         if len(set(self.paths)) != len(self.paths):
             seen = set()
             for path in self.paths:
                 if path in seen:
-                    raise ManifestError(f"{where}: shard {path} is listed twice")
+                    raise ManifestError("is listed twice", path=where, shard=path)
                 seen.add(path)
 
     def joined(self, root: str) -> "JoinedPaths":

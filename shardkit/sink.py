@@ -16,6 +16,7 @@ import numpy as np
 
 from .errors import ConversionError
 from .formats import get_format
+from .formats.base import FormatOptions
 from .integrity import durable_replace, fsync_path, hash_file, hash_shard_file, temp_path
 from .journal import Journal
 from .manifest import SHARDS_DIR
@@ -38,7 +39,8 @@ class SinkContext:
     source: Source
     format_name: str
     schema: SampleSchema
-    format_options: Dict[str, Any]
+    format_options: Dict[str, Any]      # the reader's, recorded in the manifest
+    writer_options: FormatOptions = field(default_factory=FormatOptions)
     on_error: str = "skip"
     #: skipped inputs this shard may still have (what is left of --max-errors); None: no limit
     max_errors: Optional[int] = None
@@ -174,7 +176,7 @@ def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[Progr
             unreported[:] = [0, 0]
     try:
         _unlink_quietly(tmp)
-        writer = fmt.open_writer(str(tmp), ctx.schema, ctx.format_options, ctx.dataset_id)
+        writer = fmt.open_writer(str(tmp), ctx.schema, ctx.writer_options, ctx.dataset_id)
     except Exception as exc:  # noqa: BLE001 - any library's failure to create the file
         raise write_failure(final, task, exc) from None
     try:
@@ -182,7 +184,7 @@ def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[Progr
             if isinstance(outcome, Skipped):
                 skipped.append(outcome)
                 if ctx.on_error == "fail":
-                    raise ConversionError(f"{outcome.message()} (--on-error fail)", path=outcome.path)
+                    raise outcome.failure("--on-error fail")
                 if ctx.max_errors is not None and len(skipped) > ctx.max_errors:
                     raise ConversionError(f"more than {ctx.error_limit} inputs failed (--max-errors); "
                                           f"last: {outcome.message()}", path=outcome.path)
@@ -242,7 +244,7 @@ NEARLY_FULL = 1 << 20
 
 def write_failure(final: Path, task: ShardTask, exc: BaseException) -> ConversionError:
     """The one-line error for a shard that could not be written, with what to do next."""
-    return ConversionError(f"{final}: cannot write shard {task.shard} {explain_write_failure(exc, final.parent)}",
+    return ConversionError(f"cannot write shard {task.shard} {explain_write_failure(exc, final.parent)}",
                            path=str(final))
 
 

@@ -251,7 +251,7 @@ def check_shard(dst: str, manifest: Manifest, number: int, mode: str) -> Tuple[L
         problem("size", f"{exc.size} bytes, manifest says {entry.size} (truncated, extended or replaced)")
         sized = False
     except NotAShardFile as exc:
-        problem("structure", f"{str(exc).replace(f'{path}: ', '', 1)}; shards are read only as regular files "
+        problem("structure", f"{exc.problem}; shards are read only as regular files "
                              "inside DST")
         return problems, 0
     except OSError:
@@ -268,7 +268,7 @@ def check_shard(dst: str, manifest: Manifest, number: int, mode: str) -> Tuple[L
     try:
         reader = fmt.open_reader(path, manifest.schema, manifest.format_options)
     except CorruptShardError as exc:
-        problem("structure", str(exc).replace(f"{path}: ", "", 1))
+        problem("structure", exc.after_file())
         return problems, 0
     except _READ_FAILURES as exc:       # a library error the format's own checks did not catch
         problem("structure", f"cannot be opened ({type(exc).__name__}: {exc})")
@@ -279,7 +279,7 @@ def check_shard(dst: str, manifest: Manifest, number: int, mode: str) -> Tuple[L
         try:
             manifest.check_identity(reader.dataset_id, path, number)
         except CorruptShardError as exc:
-            problem("identity", str(exc).replace(f"{path}: ", "", 1))
+            problem("identity", exc.after_file())
             return problems, 0
         if len(reader) != entry.num_samples:
             problem("count", f"holds {len(reader)} samples, manifest says {entry.num_samples}")

@@ -102,7 +102,8 @@ class ShardReader(abc.ABC):
 
 @dataclass(frozen=True)
 class FormatOptions:
-    """Base of a format's typed reader options: from_dict refuses unknown keys and wrong types."""
+    """Base of a format's typed reader and writer options (this class itself takes none):
+    from_dict refuses unknown keys and wrong types, to_dict gives them back as plain JSON."""
 
     @classmethod
     def names(cls) -> Tuple[str, ...]:
@@ -110,8 +111,8 @@ class FormatOptions:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any], where: str, also: Sequence[str] = ()) -> "FormatOptions":
-        """The options in data; UnknownOptionError for a key this format's reader does not take
-        (also: other names accepted in the same call, offered as suggestions)."""
+        """The options in data; UnknownOptionError for a key this class does not take (also:
+        other names accepted in the same call, offered as suggestions)."""
         refuse_unknown(data, cls.names(), where, also=also)
         for item in fields(cls):
             if item.name in data and not isinstance(data[item.name], item.type if isinstance(item.type, type)
@@ -142,6 +143,10 @@ class ShardFormat(abc.ABC):
     #: The options its reader takes (recorded in the manifest's format_options, or given to
     #: open_dataset): a FormatOptions class; the base class takes none.
     reader_options: Type[FormatOptions] = FormatOptions
+    #: The options its writer takes, apart from the reader's: they shape how a shard is written
+    #: and are not recorded (what a reader needs is in the schema and the file). No format's
+    #: writer takes one today, so each has the base class.
+    writer_options: Type[FormatOptions] = FormatOptions
     #: The first version whose shards store sample keys and the dataset identity.
     keys_since: int = 1
     #: Whether a crafted shard can crash this format's C library (SIGBUS, SIGSEGV): verify then
@@ -165,7 +170,7 @@ class ShardFormat(abc.ABC):
         return np.asarray(payload_bytes, dtype=np.int64)
 
     @abc.abstractmethod
-    def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any],
+    def open_writer(self, path: str, schema: SampleSchema, options: FormatOptions,
                     dataset_id: str = "") -> ShardWriter:
         """A writer for a new shard file at path, stamped with the identity of its dataset."""
 

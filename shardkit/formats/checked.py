@@ -34,7 +34,7 @@ def check_version(fmt: ShardFormat, version: int, where: str) -> None:
     """ManifestError when a manifest's format version is newer than this shardkit reads."""
     problem = version_problem(fmt, version)
     if problem:
-        raise ManifestError(f"{where}: {problem}", path=where)
+        raise ManifestError(problem, path=where)
 
 
 def check_regular(path: str, root: str, size: int, name: str) -> None:
@@ -43,13 +43,13 @@ def check_regular(path: str, root: str, size: int, name: str) -> None:
     try:
         os.close(open_regular(path, root, size))
     except WrongSize as exc:
-        raise CorruptShardError(f"{path}: {name} has {exc.size} bytes, manifest says {size} (truncated or "
-                                "replaced)", path=path) from None
+        raise CorruptShardError("is truncated or replaced: it has", path=path, actual=f"{exc.size} bytes",
+                                expected=size) from None
     except NotAShardFile as exc:
-        raise CorruptShardError(f"{exc}; {name} is read only as a regular file inside the dataset",
-                                path=path) from None
+        raise CorruptShardError(f"{exc.problem}; {name} is read only as a regular file inside the "
+                                "dataset", path=path) from None
     except OSError:
-        raise CorruptShardError(f"{path}: {name} is missing", path=path) from None
+        raise CorruptShardError(f"{name} is missing", path=path) from None
 
 
 def open_checked(fmt: ShardFormat, manifest: Manifest, root: str, shard: int, options: Dict[str, Any], *,
@@ -64,8 +64,8 @@ def open_checked(fmt: ShardFormat, manifest: Manifest, root: str, shard: int, op
     try:
         manifest.check_identity(reader.dataset_id, path, shard)
         if len(reader) != entry.num_samples:
-            raise CorruptShardError(f"{path}: {name} holds {len(reader)} samples, manifest says "
-                                    f"{entry.num_samples}", path=path)
+            raise CorruptShardError("holds", path=path, actual=f"{len(reader)} samples",
+                                    expected=entry.num_samples)
     except BaseException:
         reader.close()
         raise
@@ -80,7 +80,7 @@ def open_unchecked(fmt: ShardFormat, path: str, schema: SampleSchema, options: D
     except ShardkitError:
         raise
     except READ_FAILURES as exc:
-        raise CorruptShardError(f"{path}: {name} cannot be opened ({type(exc).__name__}: {exc})",
+        raise CorruptShardError(f"{name} cannot be opened ({type(exc).__name__}: {exc})",
                                 path=path) from None
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import CorruptShardError, UsageError
 from ..records import Encoded, EncodedRows
 from ..schema import COMPRESSIONS, SampleSchema
-from .base import ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
+from .base import FormatOptions, ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
 from .keys import KeyPacker, KeyTable
 
 #: Chunk of the packed byte stream; a random read decompresses at most two of them.
@@ -246,12 +246,12 @@ class HDF5Reader(ShardReader):
             self._file = h5py.File(path, "r", rdcc_nbytes=CHUNK_CACHE_BYTES, rdcc_nslots=CHUNK_CACHE_SLOTS,
                                    locking=False)
         except (OSError, ValueError, RuntimeError) as exc:
-            raise CorruptShardError(f"{path}: cannot open HDF5 shard ({_short(exc)})", path=path) from None
+            raise CorruptShardError(f"cannot open HDF5 shard ({_short(exc)})", path=path) from None
         try:
             check_self_contained(self._file)
         except (ValueError, KeyError, OSError, RuntimeError) as exc:
             self.close()
-            raise CorruptShardError(f"{path}: unsafe HDF5 shard: {_short(exc)}", path=path) from None
+            raise CorruptShardError(f"unsafe HDF5 shard: {_short(exc)}", path=path) from None
         try:
             self._load_tables()
             self._map_chunks()
@@ -264,17 +264,17 @@ class HDF5Reader(ShardReader):
             raise
         except (KeyError, IndexError, OSError, ValueError, TypeError, RuntimeError, AttributeError) as exc:
             self.close()
-            raise CorruptShardError(f"{path}: HDF5 shard is missing or damaged a dataset ({_short(exc)})",
+            raise CorruptShardError(f"HDF5 shard is missing or damaged a dataset ({_short(exc)})",
                                     path=path) from None
 
     def _corrupt(self, problem: str) -> CorruptShardError:
-        return CorruptShardError(f"{self._path}: corrupt HDF5 shard: {problem}", path=self._path)
+        return CorruptShardError(f"corrupt HDF5 shard: {problem}", path=self._path)
 
     def _load_tables(self) -> None:
         """Check the attributes and every dataset's metadata, then read the small tables."""
         version = self._file.attrs.get("format_version", FORMAT.version)
         if not isinstance(version, (int, np.integer)) or int(version) > FORMAT.version:
-            raise CorruptShardError(f"{self._path}: HDF5 shard format version {version!r} is newer than this "
+            raise CorruptShardError(f"HDF5 shard format version {version!r} is newer than this "
                                     f"shardkit reads ({FORMAT.version}); upgrade shardkit", path=self._path)
         file_size = os.path.getsize(self._path)
         labels = self._check_dataset("labels", "iu", 1, file_size)
@@ -513,7 +513,7 @@ class HDF5Format(ShardFormat):
         payload = np.asarray(payload_bytes, dtype=np.int64)
         return payload + payload // 1024 + tables
 
-    def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any],
+    def open_writer(self, path: str, schema: SampleSchema, options: FormatOptions,
                     dataset_id: str = "") -> ShardWriter:
         return HDF5Writer(path, schema, dataset_id)
 

@@ -15,7 +15,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import CorruptShardError
+from ..errors import CorruptSampleError, CorruptShardError
 
 #: Keys per compressed block.
 KEY_BLOCK = 1024
@@ -94,7 +94,10 @@ class KeyTable:
         self._cached: Tuple[int, List[bytes]] = (-1, [])
 
     def _corrupt(self, problem: str) -> CorruptShardError:
-        return CorruptShardError(f"{self._path}: corrupt key table: {problem}", path=self._path)
+        return CorruptShardError(f"corrupt key table: {problem}", path=self._path)
+
+    def _damaged(self, index: int, problem: str) -> CorruptSampleError:
+        return CorruptSampleError(self._path, index, f"its key is unreadable: key table {problem}")
 
     def key(self, index: int) -> Optional[str]:
         """The key of sample index (None when the sample was stored without one)."""
@@ -102,11 +105,12 @@ class KeyTable:
             raise IndexError(f"sample {index} out of range for shard of {self._count}")
         block, position = divmod(index, KEY_BLOCK)
         if self._cached[0] != block:
-            self._cached = (block, self._read_block(block))
+            self._cached = (block, self._read_block(block, index))
         raw = self._cached[1][position]
         return raw.decode("utf-8", "surrogateescape") if raw else None
 
-    def _read_block(self, block: int) -> List[bytes]:
+    def _read_block(self, block: int, index: int) -> List[bytes]:
+        """The keys of one block; damage in it is reported against sample index, whose key it holds."""
         if self._blocks is None:
             blocks = np.asarray(self._load_blocks(), dtype=np.int64)
             if len(blocks) != -(-self._count // KEY_BLOCK) + 1 or blocks[0] != 0 or np.any(np.diff(blocks) < 0):
@@ -117,14 +121,14 @@ class KeyTable:
         try:
             data = inflater.decompress(self._load_bytes(begin, end), MAX_BLOCK_BYTES)
         except zlib.error as exc:
-            raise self._corrupt(f"block {block} does not inflate ({exc})") from None
+            raise self._damaged(index, f"block {block} does not inflate ({exc})") from None
         expected = min(KEY_BLOCK, self._count - block * KEY_BLOCK)
         header = 4 * (expected + 1)
         if len(data) < header or int.from_bytes(data[:4], "little") != expected:
-            raise self._corrupt(f"block {block} does not hold its {expected} keys")
+            raise self._damaged(index, f"block {block} does not hold its {expected} keys")
         lengths = np.frombuffer(data, dtype="<u4", count=expected, offset=4).astype(np.int64)
         ends = header + np.cumsum(lengths)
         if not inflater.eof or int(ends[-1]) != len(data):
-            raise self._corrupt(f"block {block}: key lengths do not add up to its bytes")
+            raise self._damaged(index, f"block {block}: key lengths do not add up to its bytes")
         starts = np.concatenate([[header], ends[:-1]]).tolist()
         return [data[start:stop] for start, stop in zip(starts, ends.tolist())]

@@ -24,7 +24,7 @@ import torch
 from ..errors import CorruptShardError
 from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
-from .base import ShardFormat, ShardReader, ShardWriter
+from .base import FormatOptions, ShardFormat, ShardReader, ShardWriter
 from .keys import KeyPacker, KeyTable
 from .packing import check_per_sample_compression, compress, payload_bytes, raw_rows, restore
 
@@ -136,7 +136,7 @@ class PTReader(ShardReader):
             shard = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
         except Exception as exc:  # noqa: BLE001 - torch raises many types for a damaged archive
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise CorruptShardError(f"{path}: not a readable .pt shard ({text[:200]})", path=path) from None
+            raise CorruptShardError(f"not a readable .pt shard ({text[:200]})", path=path) from None
         arrays = self._check_structure(shard)
         self._data = arrays["data"]
         self._offsets = arrays["offsets"]
@@ -155,7 +155,7 @@ class PTReader(ShardReader):
         self._plain = not self._compressed and not schema.is_array
 
     def _corrupt(self, problem: str) -> CorruptShardError:
-        return CorruptShardError(f"{self._path}: corrupt .pt shard: {problem}", path=self._path)
+        return CorruptShardError(f"corrupt .pt shard: {problem}", path=self._path)
 
     def _check_structure(self, shard: Any) -> Dict[str, np.ndarray]:
         schema = self._schema
@@ -260,7 +260,7 @@ class PTFormat(ShardFormat):
         """Payload + offset, raw length, label and CRC32 (8 each)."""
         return np.asarray(payload_bytes, dtype=np.int64) + 32
 
-    def open_writer(self, path: str, schema: SampleSchema, options: Dict[str, Any],
+    def open_writer(self, path: str, schema: SampleSchema, options: FormatOptions,
                     dataset_id: str = "") -> ShardWriter:
         return PTWriter(path, schema, dataset_id)
 

@@ -35,11 +35,11 @@ def open_source(src: str, source_options: Dict[str, Any], run: RunOptions) -> So
     """The Source for SRC, opened with its kind's typed options made from source_options (the
     convert keywords that belong to no plan or run option); UsageError for a keyword of another kind."""
     if not os.path.exists(src):
-        raise UsageError(f"{src}: no such file or directory", path=src)
+        raise UsageError("no such file or directory", path=src)
     for cls in source_classes():
         if cls.claims(src, source_options):
             return cls.open(src, cls.options_class.for_source(source_options, src), run)
-    raise UsageError(f"{src}: is a file; SRC must be an image folder, a .csv/.csv.gz file (or .tsv, .jsonl, "
+    raise UsageError("is a file; SRC must be an image folder, a .csv/.csv.gz file (or .tsv, .jsonl, "
                      ".parquet, .arrow) or a folder of them", path=src)
 
 

@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type, U
 
 import numpy as np
 
+from ..errors import ConversionError
 from ..options import RunOptions, SourceOptions
 from ..records import Encoded
 from ..schema import SampleSchema
@@ -28,6 +29,10 @@ class Skipped:
         """One readable line naming the file (and line)."""
         where = f"{self.path}:{self.line}" if self.line is not None else self.path
         return f"{where}: {self.reason}"
+
+    def failure(self, why: str) -> ConversionError:
+        """The error that stops a conversion at this input (why: e.g. "--on-error fail")."""
+        return ConversionError(f"{self.reason} ({why})", path=self.path, line=self.line)
 
 
 @dataclass(frozen=True)

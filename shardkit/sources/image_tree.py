@@ -219,9 +219,8 @@ def _items_from_folders(root: str, images: List[str]) -> Tuple[List[Tuple[str, i
             name.encode("utf-8")
         except UnicodeEncodeError:
             raw = os.fsencode(name).decode("ascii", "backslashreplace")
-            raise SourceError(f"{os.path.join(root, raw)}: class folder name is not UTF-8; class names are "
-                              "stored as text, so rename the folder (e.g. convmv -f latin1 -t utf8)",
-                              path=root) from None
+            raise SourceError("class folder name is not UTF-8; class names are stored as text, so rename "
+                              "the folder (e.g. convmv -f latin1 -t utf8)", path=os.path.join(root, raw)) from None
     index = {name: number for number, name in enumerate(classes)}
     items: List[Tuple[str, int]] = []
     outside = 0

@@ -65,13 +65,13 @@ def _read_rows(labels_file: str, path_column: str, label_column: str,
             header = reader.fieldnames or []
             for column in (path_column, label_column):
                 if column not in header:
-                    raise UsageError(f"{labels_file}: no column {column!r} (columns: {', '.join(header)}; "
+                    raise UsageError(f"no column {column!r} (columns: {', '.join(header)}; "
                                      f"delimiter {chosen!r})", path=labels_file)
             return [(_strip(row[path_column]), _strip(row[label_column]), reader.line_num) for row in reader]
     except OSError as exc:
-        raise UsageError(f"{labels_file}: cannot read labels CSV ({exc.strerror})", path=labels_file) from None
+        raise UsageError(f"cannot read labels CSV ({exc.strerror})", path=labels_file) from None
     except (UnicodeDecodeError, csv.Error) as exc:
-        raise SourceError(f"{labels_file}: not a readable UTF-8 CSV ({exc})", path=labels_file) from None
+        raise SourceError(f"not a readable UTF-8 CSV ({exc})", path=labels_file) from None
 
 
 def _delimiter(given: Optional[str], head: str) -> str:

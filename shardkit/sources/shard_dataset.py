@@ -150,7 +150,7 @@ class ShardDatasetSource(Source):
             stored = self._checks.read(reader, path, entry.path, local)
             key = reader.key(local)
         except CorruptShardError as exc:    # a damaged record, CRC32 or label: the sample is skipped
-            problem = exc.problem if isinstance(exc, CorruptSampleError) else str(exc).replace(path + ": ", "")
+            problem = exc.problem if isinstance(exc, CorruptSampleError) else exc.after_file()
             return Skipped(entry.path, f"sample {local} (index {entry.first_index + local}) {problem}")
         payload = stored.payload
         # Own the bytes: the reader is closed (and its file unmapped) once this shard is done.

@@ -32,14 +32,13 @@ def test_record_page_reads_stored_payloads_like_shardkit(make_csv, tmp_path, fmt
     assert blocks
     scope: dict = {}
     exec(compile(blocks[0], "formats/record-tabular.md", "exec"), scope)
-    src = make_csv("t.csv", ["a", "note", "b", "label"],
-                   [[0.25 * i, f"line {i}\nsecond, \"quoted\" é", i, i % 2] for i in range(10)])
+    rows = [[0.25 * i, f"line {i}\nsecond, \"quoted\" é", i, i % 2] for i in range(10)]
+    src = make_csv("t.csv", ["a", "note", "b", "label"], rows)
     dst = tmp_path / "dst"
     shardkit.convert(str(src), str(dst), format=fmt, label_column="label", text_columns=["note"], quiet=True)
     raw = shardkit.open_dataset(dst, decode=None)
-    rows = shardkit.open_dataset(dst, as_dict=True)
     schema = raw.manifest.schema.to_dict()
-    for index in range(len(raw)):
+    assert len(raw) == len(rows)
+    for index, (a, note, b, label) in enumerate(rows):      # the page's reader against the CSV itself
         vector, texts = scope["read_tabular"](raw[index][0], schema)
-        row = rows[index]
-        assert vector.tolist() == [row["a"], row["b"]] and texts == {"note": row["note"]}
+        assert vector.tolist() == [a, b] and texts == {"note": note} and raw[index][1] == label

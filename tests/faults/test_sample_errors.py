@@ -3,6 +3,7 @@ sample, with a message built from those fields, in the reader, the dataset, veri
 from __future__ import annotations
 
 import pickle
+import struct
 import zlib
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 
 import shardkit
 from shardkit.errors import CorruptSampleError
+from shardkit.formats import get_format
+from shardkit.manifest import load_manifest
 from shardkit.formats.packing import DEFAULT_GZIP_LEVEL
 from shardkit.handles import HANDLES
 
@@ -72,3 +75,69 @@ def test_error_message_follows_its_fields() -> None:
     error.global_index = 19
     assert str(error) == "/d/shards/s.h5: sample 3 (global index 19): fails its CRC32 check"
     assert isinstance(error, shardkit.CorruptShardError) and error.exit_code == 1
+
+
+def _zero_first_bytes(path: Path, stored: bytes) -> None:
+    """Zero the first two bytes of `stored`, found exactly once in the file (same size after)."""
+    content = bytearray(path.read_bytes())
+    where = content.find(stored)
+    assert where > 0 and content.find(stored, where + 1) < 0
+    content[where:where + 2] = b"\0\0"
+    path.write_bytes(bytes(content))
+
+
+@pytest.mark.parametrize("format_name", ["hdf5", "lmdb", "pt"])
+def test_damaged_key_block_names_the_sample_whose_key_was_asked(format_name: str, image_tree: Path,
+                                                                tmp_path: Path) -> None:
+    """The key table's zlib block is damaged: asking a sample's key names that sample."""
+    dst = tmp_path / format_name
+    shardkit.convert(str(image_tree), str(dst), format=format_name, samples_per_shard=40, quiet=True)
+    ds = shardkit.open_dataset(dst, decode=None)
+    keys = [ds.key(index) for index in range(40, 80)]          # shard 1, one key block of 40 keys
+    HANDLES.close_all()
+    encoded = [key.encode() for key in keys]
+    block = zlib.compress(struct.pack(f"<{len(keys) + 1}I", len(keys), *map(len, encoded)) + b"".join(encoded), 6)
+    _zero_first_bytes(shard_paths(dst)[1], block)
+    ds = shardkit.open_dataset(dst, decode=None)
+    assert ds.key(3) == ds.key(3)                               # shard 0 untouched
+    with pytest.raises(CorruptSampleError) as caught:
+        ds.key(57)
+    assert caught.value.index == 17 and caught.value.path == str(shard_paths(dst)[1])
+    assert "key table block 0 does not inflate" in str(caught.value)
+    HANDLES.close_all()
+
+
+def test_short_lmdb_row_block_names_the_sample(tmp_path: Path) -> None:
+    """LMDB tabular rows live in blocks of rows; a block cut short is a fault of the sample asked
+    for, not of the whole shard."""
+    lmdb = pytest.importorskip("lmdb")
+    table = tmp_path / "rows.csv"
+    columns = [f"c{number}" for number in range(64)]      # 256-byte rows: 255 to a 64 KiB block
+    table.write_text(",".join(columns + ["label"]) + "\n"
+                     + "".join(",".join([str(row)] * 64 + [str(row % 3)]) + "\n" for row in range(600)))
+    dst = tmp_path / "dst"
+    shardkit.convert(str(table), str(dst), format="lmdb", label_column="label", quiet=True)
+    manifest = load_manifest(dst)
+    path = shard_paths(dst)[0]
+    fmt = get_format("lmdb")
+    reader = fmt.open_reader(str(path), manifest.schema, manifest.format_options)
+    per_block = reader._per_block
+    reader.close()
+    assert 0 < per_block < 300
+    HANDLES.close_all()
+    with lmdb.open(str(path), subdir=False, lock=False) as env, env.begin(write=True) as txn:
+        second = (1).to_bytes(8, "big")                     # the key of the second block of rows
+        assert txn.put(second, bytes(txn.get(second))[:1000])
+    reader = fmt.open_reader(str(path), manifest.schema, manifest.format_options)
+    try:
+        assert reader.read(per_block - 1) is not None and reader.read(2 * per_block) is not None
+        with pytest.raises(CorruptSampleError) as caught:
+            reader.read(per_block + 1)
+        assert caught.value.index == per_block + 1 and caught.value.path == str(path)
+        assert caught.value.problem == f"block 1 holds 1000 bytes, not {per_block * 256}"
+        with pytest.raises(CorruptSampleError) as caught:
+            reader.read_many([0, per_block + 2])
+        assert caught.value.index == per_block + 2
+    finally:
+        reader.close()
+        HANDLES.close_all()

@@ -20,7 +20,7 @@ def sized_samples(count: int, size: int, seed: int = 0) -> list:
 def write_shard(fmt_name: str, path: Path, schema: SampleSchema, samples: list, dataset_id: str = "") -> None:
     """Write samples into one shard file at path with the named format's writer."""
     fmt = get_format(fmt_name)
-    writer = fmt.open_writer(str(path), schema, fmt.default_options(schema, 0), dataset_id)
+    writer = fmt.open_writer(str(path), schema, fmt.writer_options(), dataset_id)
     for sample in samples:
         writer.append(sample)
     writer.close()

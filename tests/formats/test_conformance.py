@@ -142,7 +142,7 @@ class TestFormatConformance:
         """EncodedRows (how CSV rows arrive) may take a format's block path: the bytes must not change,
         wherever a writer's internal batches end."""
         if small_batches:                  # LMDB commits every 17 records or 1000 bytes: boundaries inside blocks
-            import shardkit.formats.lmdb as lmdb_format
+            import shardkit.formats.lmdb_writer as lmdb_format
             monkeypatch.setattr(lmdb_format, "BATCH_SAMPLES", 17)
             monkeypatch.setattr(lmdb_format, "BATCH_BYTES", 1000)
         schema = SampleSchema(kind="tabular", layout="array", dtype=dtype, shape=shape, compression=compression)
@@ -161,7 +161,7 @@ class TestFormatConformance:
     def test_append_many_refuses_a_wrong_shape(self, fmt: str, tmp_path: Path) -> None:
         samples = _array_samples(3) + [Encoded.make(np.zeros((5, 7, 2), dtype=np.uint8), 0)]
         writer = get_format(fmt).open_writer(str(tmp_path / f"bad{get_format(fmt).extension}"), ARRAY_SCHEMA,
-                                             get_format(fmt).default_options(ARRAY_SCHEMA, 0))
+                                             get_format(fmt).writer_options())
         with pytest.raises(ValueError, match="shape"):
             writer.append_many(samples)
         writer.abort()
@@ -178,7 +178,7 @@ def _assert_runs_write_like_append(fmt: str, tmp_path: Path, schema: SampleSchem
     extension = get_format(fmt).extension
     one, many = tmp_path / f"one{extension}", tmp_path / f"many{extension}"
     write_shard(fmt, one, schema, samples)
-    writer = get_format(fmt).open_writer(str(many), schema, get_format(fmt).default_options(schema, 0))
+    writer = get_format(fmt).open_writer(str(many), schema, get_format(fmt).writer_options())
     writer.append(samples[0])
     for run in runs:
         writer.append_many(run)

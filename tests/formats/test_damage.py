@@ -22,7 +22,7 @@ from shardkit.schema import SampleSchema
 name, compression, folder, trials = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 fmt, schema = get_format(name), SampleSchema(kind="image", compression=compression)
 original = f"{folder}/original{fmt.extension}"
-writer = fmt.open_writer(original, schema, {})
+writer = fmt.open_writer(original, schema, fmt.writer_options())
 source = random.Random(1)
 for index in range(30):
     writer.append(Encoded.make(bytes(source.randrange(256) for _ in range(source.randrange(0, 9000))), index % 3))

@@ -15,8 +15,8 @@ import pytest
 import shardkit
 from shardkit.errors import CorruptShardError, UsageError
 from shardkit.formats import get_format
-from shardkit.formats import lmdb as lmdb_format
-from shardkit.formats.lmdb import RECORD, sample_key
+from shardkit.formats import lmdb_writer as lmdb_format
+from shardkit.formats.lmdb_layout import RECORD, sample_key
 from shardkit.handles import HANDLES
 from shardkit.openfiles import OPEN_FILES
 from shardkit.records import Encoded

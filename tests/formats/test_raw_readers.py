@@ -53,7 +53,7 @@ def _array_dataset(dst: Path, fmt_name: str, schema: SampleSchema, arrays: list,
     entries = []
     for number, first in enumerate(range(0, len(arrays), per_shard)):
         rel = f"shards/shard-{number:05d}{fmt.extension}"
-        writer = fmt.open_writer(str(dst / rel), schema, {}, "hand-made")
+        writer = fmt.open_writer(str(dst / rel), schema, fmt.writer_options(), "hand-made")
         for array, label in zip(arrays[first:first + per_shard], labels[first:first + per_shard]):
             writer.append(Encoded.make(array, label, key=f"row {len(entries)}"))
         writer.close()

@@ -96,7 +96,7 @@ def overlong_lmdb_record(tmp: Path, images: int = 1, claimed: int = 4 << 20) -> 
     from PIL import Image
 
     import shardkit
-    from shardkit.formats.lmdb import RECORD, sample_key
+    from shardkit.formats.lmdb_layout import RECORD, sample_key
     src = tmp / "src" / "cls"
     src.mkdir(parents=True)
     for number in range(images):

@@ -19,7 +19,7 @@ def _chunk_offsets(path: Path) -> np.ndarray:
 
 
 def _write(path: Path, schema: SampleSchema, payloads: list) -> None:
-    writer = hdf5.FORMAT.open_writer(str(path), schema, {})
+    writer = hdf5.FORMAT.open_writer(str(path), schema, hdf5.FORMAT.writer_options())
     for number, payload in enumerate(payloads):
         writer.append(Encoded.make(payload, number % 3))
     writer.close()

@@ -94,7 +94,7 @@ def open_stream(path: str, max_inflation: float = MAX_INFLATION) -> BinaryIO:
         stream = pa.input_stream(path, compression=compression)
         size = os.path.getsize(path)
     except (OSError, pa.ArrowException) as exc:
-        raise SourceError(f"{path}: cannot open ({getattr(exc, 'strerror', None) or exc})", path=path) from None
+        raise SourceError(f"cannot open ({getattr(exc, 'strerror', None) or exc})", path=path) from None
     if compression is None or not max_inflation:
         return stream  # type: ignore[return-value]
     return _Inflation(stream, path, size, max_inflation)  # type: ignore[return-value]
@@ -121,7 +121,7 @@ class _Inflation(io.RawIOBase):
         data = self._stream.read(len(buffer))
         self._count += len(data)
         if self._count > self._limit:
-            raise SourceError(f"{self._path}: inflates to more than {self._limit:,} bytes, over {self._ratio:g} "
+            raise SourceError(f"inflates to more than {self._limit:,} bytes, over {self._ratio:g} "
                               f"times its {self._size:,} compressed bytes (a decompression bomb?); "
                               "--max-inflation N allows N times, 0 any size", path=self._path)
         buffer[:len(data)] = data
@@ -138,7 +138,7 @@ def read_some(handle: BinaryIO, size: int, path: str) -> bytes:
     try:
         return handle.read(size)
     except (OSError, EOFError, ValueError, pa.ArrowException) as exc:
-        raise SourceError(f"{path}: read failed ({exc})", path=path) from None
+        raise SourceError(f"read failed ({exc})", path=path) from None
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ def read_blocks(item: TableFile, fields: List[int], delimiter: str) -> Iterator[
     except SourceError:
         raise
     except errors as exc:
-        raise SourceError(f"{item.name}: read failed ({exc})", path=item.path) from None
+        raise SourceError(f"read failed ({exc})", path=item.name) from None
 
 
 def _plain(array: Any) -> Any:

@@ -42,12 +42,11 @@ def read_heads(src: str, delimiter: Optional[str]) -> Tuple[List[TableFile], Lis
                                    types=types))
             continue
         if single:
-            where = f"{name}:{problem.line}" if problem.line is not None else name
-            raise SourceError(f"{where}: {problem.reason}", path=path)
+            raise SourceError(problem.reason, path=name, line=problem.line)
         skipped.append(Skipped(name, problem.reason, line=problem.line))
     if not files:
         first = f" (first: {skipped[0].message()})" if skipped else ""
-        raise EmptySourceError(f"{src}: no readable table file{first}", path=src)
+        raise EmptySourceError(f"no readable table file{first}", path=src)
     return files, skipped, len(located), delimiter or ","
 
 
@@ -57,8 +56,8 @@ def _named(head: Head, name: str) -> Head:
     seen = set()
     for value in names:
         if value in seen:
-            raise SourceError(f"{name}:{head.header_line}: column name {value!r} appears twice in the header",
-                              path=name)
+            raise SourceError(f"column name {value!r} appears twice in the header", path=name,
+                              line=head.header_line)
         seen.add(value)
     return Head(names, head.header_line, head.data_offset, head.data_line, head.delimiter)
 
@@ -71,15 +70,15 @@ def select(files: List[TableFile], options: TabularOptions, label_name: Optional
     if not chosen:
         for item in files[1:]:
             if item.head.header != first.head.header:
-                raise SourceError(f"{item.name}: header differs from {first.name} ({_difference(first, item)}); "
+                raise SourceError(f"header differs from {first.name} ({_difference(first, item)}); "
                                   "pick the columns they share with --columns, or convert them separately",
-                                  path=item.path)
+                                  path=item.name)
         chosen = list(first.head.header)
     if len(set(chosen)) != len(chosen):
         raise UsageError("--columns names a column twice")
     stored = [name for name in chosen if name != label_name]
     if not stored:
-        raise UsageError(f"{first.name}: no feature column left besides the label column {label_name!r}")
+        raise UsageError(f"no feature column left besides the label column {label_name!r}", path=first.name)
     text_columns = list(options.text_columns or [])
     for name in text_columns:
         if name == label_name:
@@ -95,7 +94,7 @@ def select(files: List[TableFile], options: TabularOptions, label_name: Optional
         for name in stored + ([label_name] if label_name else []):
             if name not in header:
                 what = "label column" if name == label_name else "column"
-                raise UsageError(f"{item.name}: no {what} {name!r} (columns: {_listing(header)})", path=item.path)
+                raise UsageError(f"no {what} {name!r} (columns: {_listing(header)})", path=item.name)
         position = {name: index for index, name in enumerate(header)}
         item.indices = [position[name] for name in stored]
         item.label_index = position[label_name] if label_name else None

@@ -81,8 +81,8 @@ class TabularSource(Source):
         """Read headers, infer the schema from a sample, then parse every file once (see module doc)."""
         label_name = options.label_column
         if not options.no_labels and not label_name:
-            raise UsageError(f"{src}: name the target column of the CSV rows with --label-column COLUMN, "
-                             "or pass --no-labels")
+            raise UsageError("name the target column of the CSV rows with --label-column COLUMN, "
+                             "or pass --no-labels", path=src)
         overrides = load_schema_file(options.schema_file)
         given = normalize_delimiter(options.delimiter)
         files, skipped, found, delimiter = read_heads(src, given)
@@ -122,9 +122,9 @@ class TabularSource(Source):
             for spill in parsed.spills:
                 spill.remove()
             first = files[0]
-            where = f"{first.name}:{first.head.header_line}" if len(files) == 1 else src
-            raise EmptySourceError(f"{where}: header only, no data rows" if len(files) == 1 else
-                                   f"{where}: the {len(files)} files hold no data rows (header only)", path=src)
+            if len(files) == 1:
+                raise EmptySourceError("header only, no data rows", path=first.name, line=first.head.header_line)
+            raise EmptySourceError(f"the {len(files)} files hold no data rows (header only)", path=src)
         columns = codec.columns
         summary = {"csv_files": found, "files_read": len(files), "files_skipped": len(skipped),
                    "files_without_rows": sum(1 for item in files if item.rows == 0), "rows": total,

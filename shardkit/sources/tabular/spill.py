@@ -81,7 +81,7 @@ class Spill:
             yield
         except OSError as exc:
             self.discard()
-            raise ConversionError(f"{self.folder}: cannot write the parsed CSV rows ({exc.strerror or exc}); "
+            raise ConversionError(f"cannot write the parsed CSV rows ({exc.strerror or exc}); "
                                   "free space there or set TMPDIR to a folder on a disk with room "
                                   "(about the size of the output)", path=self.folder) from None
 
@@ -133,7 +133,7 @@ class Spill:
         try:
             return self._read(start, stop)
         except OSError as exc:
-            raise ConversionError(f"{self.folder}: cannot read the parsed CSV rows back ({exc.strerror or exc}); "
+            raise ConversionError(f"cannot read the parsed CSV rows back ({exc.strerror or exc}); "
                                   "were they removed during the conversion?", path=self.folder) from None
 
     def _read(self, start: int, stop: int) -> SpilledRows:

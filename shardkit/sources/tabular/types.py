@@ -46,9 +46,9 @@ def load_schema_file(path: Optional[str]) -> SchemaOverrides:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except OSError as exc:
-        raise UsageError(f"{path}: cannot read --schema file ({exc.strerror or exc})", path=path) from None
+        raise UsageError(f"cannot read --schema file ({exc.strerror or exc})", path=path) from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: --schema file is not valid JSON ({exc})", path=path) from None
+        raise UsageError(f"--schema file is not valid JSON ({exc})", path=path) from None
     if isinstance(data, dict) and "manifest_version" in data:
         schema = data.get("schema", {})
         data = {"columns": schema.get("columns", []), "dtype": schema.get("dtype"),
@@ -56,34 +56,34 @@ def load_schema_file(path: Optional[str]) -> SchemaOverrides:
     if isinstance(data, list):
         data = {"columns": data}
     if not isinstance(data, dict) or not isinstance(data.get("columns", []), list):
-        raise UsageError(f"{path}: --schema must be a JSON object with a \"columns\" list", path=path)
+        raise UsageError("--schema must be a JSON object with a \"columns\" list", path=path)
     overrides = SchemaOverrides()
     for number, entry in enumerate(data.get("columns", [])):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise UsageError(f"{path}: columns[{number}] needs a \"name\"", path=path)
+            raise UsageError(f"columns[{number}] needs a \"name\"", path=path)
         kind = entry.get("type")
         if kind not in COLUMN_TYPES:
-            raise UsageError(f"{path}: column {entry['name']!r} has type {kind!r}; choose one of "
+            raise UsageError(f"column {entry['name']!r} has type {kind!r}; choose one of "
                              f"{', '.join(COLUMN_TYPES)}", path=path)
         vocabulary = entry.get("vocabulary")
         if vocabulary is not None:
             if kind != "category" or not isinstance(vocabulary, list) or \
                     not all(isinstance(value, str) for value in vocabulary):
-                raise UsageError(f"{path}: column {entry['name']!r}: \"vocabulary\" must be a list of strings "
+                raise UsageError(f"column {entry['name']!r}: \"vocabulary\" must be a list of strings "
                                  "of a category column", path=path)
             if len(set(vocabulary)) != len(vocabulary):
-                raise UsageError(f"{path}: column {entry['name']!r}: the vocabulary repeats a value", path=path)
+                raise UsageError(f"column {entry['name']!r}: the vocabulary repeats a value", path=path)
             vocabulary = tuple(vocabulary)
         overrides.columns[entry["name"]] = Column(entry["name"], kind, vocabulary)
     dtype = data.get("dtype")
     if dtype is not None and dtype not in EXACT_INT:
-        raise UsageError(f"{path}: \"dtype\" must be float32 or float64, not {dtype!r}", path=path)
+        raise UsageError(f"\"dtype\" must be float32 or float64, not {dtype!r}", path=path)
     overrides.dtype = dtype
     classes = data.get("classes")
     if classes is not None:
         if not isinstance(classes, list) or not all(isinstance(name, str) for name in classes) or \
                 len(set(classes)) != len(classes):
-            raise UsageError(f"{path}: \"classes\" must be a list of distinct strings", path=path)
+            raise UsageError("\"classes\" must be a list of distinct strings", path=path)
         overrides.classes = list(classes)
     return overrides
 
@@ -157,7 +157,7 @@ def check_scalar(name: str, stored: Any, where: str) -> None:
             pa.types.is_boolean(stored) or pa.types.is_string(stored) or pa.types.is_large_string(stored) or \
             pa.types.is_null(stored) or pa.types.is_decimal(stored):
         return
-    raise UsageError(f"{where}: column {name!r} holds {stored} values; only numbers, booleans and strings can "
+    raise UsageError(f"column {name!r} holds {stored} values; only numbers, booleans and strings can "
                      "be stored — leave it out with --columns", path=where)
 
 
@@ -180,16 +180,16 @@ def infer_label_kind(name: str, values: Sequence[str], where: str) -> str:
     fractional = [value for value, number in zip(present, parsed.tolist()) if number != int(number)] \
         if all(abs(number) < float("inf") for number in parsed.tolist()) else present[:1]
     if fractional:
-        raise UsageError(f"{where}: label column {name!r} holds non-integer numbers (e.g. {fractional[0]!r}); "
+        raise UsageError(f"label column {name!r} holds non-integer numbers (e.g. {fractional[0]!r}); "
                          "labels must be integers or class names — keep a regression target as a feature "
-                         "column instead")
+                         "column instead", path=where)
     return "int"
 
 
 def too_many_categories(name: str, where: str) -> SourceError:
     """The error for a string column (or label) with more than MAX_CATEGORIES distinct values."""
-    return SourceError(f"{where}: column {name!r} has more than {MAX_CATEGORIES} distinct values; keep it as "
-                       f"text (--text-columns {name}), leave it out (--columns), or give its type in --schema")
+    return SourceError(f"column {name!r} has more than {MAX_CATEGORIES} distinct values; keep it as text "
+                       f"(--text-columns {name}), leave it out (--columns), or give its type in --schema", path=where)
 
 
 def describe_columns(columns: Sequence[Column]) -> Dict[str, Any]:

@@ -1,0 +1,281 @@
+"""Reading an LMDB shard: one read-only environment per file and process, shared by its readers
+through the process's registry (openfiles.py, reference counted; py-lmdb allows only one), and
+the checks that turn a damaged file into CorruptShardError or CorruptSampleError."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import lmdb
+import numpy as np
+
+from ..errors import CorruptSampleError, CorruptShardError, UsageError
+from ..openfiles import OPEN_FILES
+from ..records import Encoded
+from ..schema import SampleSchema
+from .base import ShardReader
+from .keys import KeyTable
+from .lmdb_layout import (CRCS_KEY, FLAG_ZLIB, FORMAT_NAME, FORMAT_VERSION, KEY_BLOCKS_KEY, KEYS_KEY, LABELS_KEY,
+                          MAX_META_BYTES, META_KEY, RECORD, RECORD_MAGIC, RECORD_VERSION, rows_per_block, sample_key,
+                          short_message)
+from .packing import check_lengths, restore
+
+#: Reader table size; readers open lock-free, so it never limits them (kept generous anyway).
+MAX_READERS = 1024
+
+
+class _SharedEnv:
+    """One read-only environment of this process with its long-lived read transaction."""
+
+    def __init__(self, env: lmdb.Environment, readahead: bool) -> None:
+        self.env = env
+        self.txn = env.begin(buffers=True)
+        self.readahead = readahead
+        self.lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the environment (and its transaction)."""
+        with self.lock:
+            self.close_inherited()
+
+    def close_inherited(self) -> None:
+        """Close an environment inherited over fork: unmaps the child's copy only, and skips the
+        lock, which a thread of the parent may have held at the fork."""
+        try:
+            self.env.close()
+        except lmdb.Error:
+            pass
+
+
+def _acquire(path: str, readahead: bool) -> Tuple[Tuple[Any, ...], _SharedEnv]:
+    """The process's environment for the file at path (opened on first use; py-lmdb allows one
+    environment per file and process, so every reader of the file shares it)."""
+    try:
+        stat = os.stat(path)
+    except OSError as exc:
+        raise CorruptShardError(f"cannot open LMDB shard ({exc.strerror})", path=path) from None
+    if stat.st_size == 0:
+        raise CorruptShardError("not a readable LMDB shard (empty file)", path=path)
+    key = (stat.st_dev, stat.st_ino, "lmdb-env")
+
+    def opener() -> _SharedEnv:
+        try:
+            env = lmdb.open(path, subdir=False, readonly=True, lock=False, meminit=False, create=False,
+                            readahead=readahead, max_readers=MAX_READERS, max_dbs=0)
+        except lmdb.Error as exc:
+            raise CorruptShardError(f"not a readable LMDB shard ({short_message(exc, path)})", path=path) from None
+        return _SharedEnv(env, readahead)
+
+    shared = OPEN_FILES.acquire(key, opener)
+    if shared.readahead != readahead:
+        OPEN_FILES.release(key, shared)
+        raise UsageError(f"already open in this process with readahead={shared.readahead}; LMDB "
+                         "allows one environment per file and process, so close the other dataset first "
+                         f"to read it with readahead={readahead}", path=path)
+    return key, shared
+
+
+class LMDBReader(ShardReader):
+    """Random access by key through the mmap'd environment; payloads are copied out of the map
+    (an evicted handle unmaps it), array payloads come back as read-only arrays."""
+
+    def __init__(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> None:
+        self._path = path
+        self._schema = schema
+        self._shared: Optional[_SharedEnv] = None
+        self._key, shared = _acquire(path, bool(options.get("readahead", True)))
+        self._shared = shared
+        #: Whether this shard's map uses OS readahead.
+        self.readahead = shared.readahead
+        self._per_block = 0
+        self._crcs: Optional[np.ndarray] = None
+        self._keys: Optional[KeyTable] = None
+        try:
+            with shared.lock:
+                self._count, self._labels = self._check_structure(shared)
+        except BaseException:
+            self.close()
+            raise
+
+    def _corrupt(self, problem: str) -> CorruptShardError:
+        return CorruptShardError(f"corrupt LMDB shard: {problem}", path=self._path)
+
+    def _check_structure(self, shared: _SharedEnv) -> Tuple[int, np.ndarray]:
+        try:
+            info, stat = shared.env.info(), shared.env.stat()
+            if os.path.getsize(self._path) < (int(info["last_pgno"]) + 1) * int(stat["psize"]):
+                raise self._corrupt("the file is shorter than its pages (truncated)")
+            raw = shared.txn.get(META_KEY)
+            if raw is None or len(raw) > MAX_META_BYTES:
+                raise self._corrupt("no metadata record" if raw is None else "oversized metadata record")
+            meta = self._parse_meta(bytes(raw))
+            count = meta["num_samples"]
+            values, reserved = count, 2
+            if meta["format_version"] >= 2:
+                self._per_block = meta["rows_per_block"]
+                self.dataset_id = meta["dataset_id"]
+                values = -(-count // self._per_block) if self._per_block else count
+                reserved = 5 if self._per_block else 4
+                self._keys = KeyTable(self._path, count, self._table(KEY_BLOCKS_KEY, "<i8"), self._value(KEYS_KEY))
+            if int(stat["entries"]) != values + reserved:
+                raise self._corrupt(f"{stat['entries']} entries for {count} samples")
+            labels = shared.txn.get(LABELS_KEY)
+            if labels is None or len(labels) != 8 * count:
+                raise self._corrupt(f"label table of {None if labels is None else len(labels)} bytes "
+                                    f"for {count} samples")
+            if self._per_block:
+                crcs = shared.txn.get(CRCS_KEY)
+                if crcs is None or len(crcs) != 4 * count:
+                    raise self._corrupt(f"CRC32 table of {None if crcs is None else len(crcs)} bytes "
+                                        f"for {count} samples")
+                self._crcs = np.frombuffer(bytes(crcs), dtype="<u4")
+            if values:
+                cursor = shared.txn.cursor()
+                first = bytes(cursor.key()) if cursor.first() else b""
+                if first != sample_key(0) or shared.txn.get(sample_key(values - 1)) is None:
+                    raise self._corrupt("sample keys are not 0 .. num_samples-1")
+            return count, np.frombuffer(bytes(labels), dtype="<i8").astype(np.int64)
+        except lmdb.Error as exc:
+            raise self._corrupt(short_message(exc, self._path)) from None
+
+    def _parse_meta(self, raw: bytes) -> Dict[str, Any]:
+        try:
+            meta = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise self._corrupt("metadata record is not JSON") from None
+        schema = self._schema
+        expected = {"shardkit_format": FORMAT_NAME, "layout": schema.layout, "compression": schema.compression,
+                    "dtype": schema.dtype if schema.is_array else None,
+                    "shape": list(schema.shape) if schema.is_array else None}
+        if not isinstance(meta, dict):
+            raise self._corrupt("metadata record is not a JSON object")
+        for name, value in expected.items():
+            if meta.get(name) != value:
+                raise self._corrupt(f"metadata {name} is {meta.get(name)!r}, expected {value!r}")
+        version, count = meta.get("format_version"), meta.get("num_samples")
+        if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+            raise self._corrupt(f"format version {version!r}; this shardkit reads up to {FORMAT_VERSION}")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise self._corrupt(f"num_samples is {count!r}")
+        if version >= 2:
+            if meta.get("rows_per_block") != rows_per_block(schema):
+                raise self._corrupt(f"rows_per_block is {meta.get('rows_per_block')!r}, expected "
+                                    f"{rows_per_block(schema)}")
+            if not isinstance(meta.get("dataset_id"), str):
+                raise self._corrupt("no dataset_id in the metadata")
+        return meta
+
+    def _value(self, key: bytes) -> Any:
+        """A reader of bytes [begin, end) of a reserved value (for the lazily read key table)."""
+        def read(begin: int, end: int) -> bytes:
+            with self._locked() as shared:
+                value = shared.txn.get(key)
+                if value is None:
+                    raise self._corrupt(f"no {key.decode()} record")
+                return bytes(value[begin:end])
+        return read
+
+    def _table(self, key: bytes, dtype: str) -> Any:
+        def load() -> np.ndarray:
+            data = self._value(key)(0, MAX_META_BYTES << 10)
+            if len(data) % np.dtype(dtype).itemsize:
+                raise self._corrupt(f"{key.decode()} is not a whole number of {dtype} values")
+            return np.frombuffer(data, dtype=dtype)
+        return load
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[_SharedEnv]:
+        shared = self._shared
+        if shared is None:
+            raise CorruptShardError("reader is closed", path=self._path)
+        with shared.lock:
+            try:
+                yield shared
+            except lmdb.Error as exc:
+                raise self._corrupt(short_message(exc, self._path)) from None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def read(self, index: int) -> Encoded:
+        if not 0 <= index < self._count:
+            raise IndexError(f"sample {index} out of range for shard of {self._count}")
+        if self._per_block:
+            return self._read_row(index)
+        with self._locked() as shared:
+            try:
+                value = shared.txn.get(sample_key(index))
+            except lmdb.Error as exc:
+                raise CorruptSampleError(self._path, index, short_message(exc, self._path)) from None
+            return self._record(index, value)
+
+    def read_many(self, indices: Sequence[int]) -> List[Encoded]:
+        """Samples at local indices under one lock, fetched with one cursor call."""
+        keys = []
+        for index in indices:
+            if not 0 <= index < self._count:
+                raise IndexError(f"sample {index} out of range for shard of {self._count}")
+            keys.append(sample_key(index))
+        if self._per_block:
+            return [self._read_row(index) for index in indices]
+        with self._locked() as shared:
+            try:
+                found = shared.txn.cursor().getmulti(keys)
+                values: List[Any] = []
+                if len(found) == len(keys):
+                    values = [value for _, value in found]
+                else:       # a key is missing (getmulti skips it): name it
+                    values = [shared.txn.get(key) for key in keys]
+            except lmdb.Error as exc:
+                raise CorruptSampleError(self._path, indices[0], short_message(exc, self._path)) from None
+            return [self._record(index, value) for index, value in zip(indices, values)]
+
+    def _record(self, index: int, value: Any) -> Encoded:
+        """The sample in a record of the map (copied out while mapped), after checking its header."""
+        if value is None or len(value) < RECORD.size:
+            raise CorruptSampleError(self._path, index, "record is missing" if value is None else
+                                     f"record of {len(value)} bytes is shorter than its header")
+        magic, version, flags, crc, label, raw_length, stored_length = RECORD.unpack_from(value)
+        if magic != RECORD_MAGIC or version != RECORD_VERSION or flags & ~FLAG_ZLIB:
+            raise CorruptSampleError(self._path, index, "bad record header")
+        if stored_length != len(value) - RECORD.size or label != self._labels[index]:
+            raise CorruptSampleError(self._path, index, "record header does not match the record")
+        compressed = bool(flags & FLAG_ZLIB)
+        check_lengths(self._schema, stored_length, raw_length, compressed, self._path, index)
+        stored = value[RECORD.size:]
+        if not compressed:
+            stored = stored.tobytes()    # copy while mapped: the handle may be evicted later
+        payload = restore(self._schema, stored, raw_length, compressed, self._path, index)
+        return Encoded(payload, int(label), int(crc))
+
+    def _read_row(self, index: int) -> Encoded:
+        """A fixed-shape row from its block (label and CRC from the tables)."""
+        block, position = divmod(index, self._per_block)
+        width = self._schema.sample_nbytes
+        rows = min(self._per_block, self._count - block * self._per_block)
+        with self._locked() as shared:
+            try:
+                value = shared.txn.get(sample_key(block))
+            except lmdb.Error as exc:
+                raise CorruptSampleError(self._path, index, short_message(exc, self._path)) from None
+            if value is None or len(value) != rows * width:
+                raise CorruptSampleError(self._path, index, f"block {block} is missing" if value is None else
+                                         f"block {block} holds {len(value)} bytes, not {rows * width}")
+            stored = value[position * width:(position + 1) * width].tobytes()
+        payload = restore(self._schema, stored, width, False, self._path, index)
+        assert self._crcs is not None
+        return Encoded(payload, int(self._labels[index]), int(self._crcs[index]))
+
+    def key(self, index: int) -> Optional[str]:
+        return super().key(index) if self._keys is None else self._keys.key(index)
+
+    def labels(self) -> np.ndarray:
+        return self._labels
+
+    def close(self) -> None:
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            OPEN_FILES.release(self._key, shared)
