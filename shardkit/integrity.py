@@ -7,8 +7,9 @@ import json
 import os
 import secrets
 import stat
+import threading
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 HASH_ALGORITHM = "sha256"
 _BLOCK = 4 * 1024 * 1024
@@ -102,6 +103,42 @@ def durable_replace(tmp: PathLike, final: PathLike) -> None:
     fsync_path(os.path.dirname(os.path.abspath(final)))
 
 
+class SharedFolderSync:
+    """fsync of a folder for threads that each renamed a file into it: a caller returns once an
+    fsync that began after its call has finished, so one fsync covers every rename made before it
+    began and concurrent commits share it instead of queueing one each. One folder per object."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._tickets = 0       # calls so far; call n needs an fsync begun after it (covered > n)
+        self._covered = 0
+        self._busy = False
+
+    def __call__(self, folder: PathLike) -> None:
+        with self._changed:
+            ticket = self._tickets
+            self._tickets += 1
+            while self._covered <= ticket:
+                if not self._busy:
+                    self._busy, upto = True, self._tickets
+                    break
+                self._changed.wait()
+            else:
+                return
+        try:
+            fsync_path(folder)
+            with self._changed:
+                self._covered = max(self._covered, upto)
+        finally:
+            with self._changed:
+                self._busy = False
+                self._changed.notify_all()
+
+
+#: fsyncs a folder by path (fsync_path, or a SharedFolderSync).
+FolderSync = Callable[[PathLike], None]
+
+
 #: Flags of every file shardkit creates next to its final name: a new file, never through a link.
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -120,15 +157,29 @@ def create_new(path: PathLike) -> int:
 
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
-    """Write a file so readers see either the old content or the complete new one."""
+    """Write a file so readers see either the old content or the complete new one, durably."""
+    _write_then_replace(path, data, durable=True)
+
+
+def replace_bytes(path: PathLike, data: bytes) -> None:
+    """atomic_write_bytes without its two fsyncs: for records that may be lost in a crash, because
+    whoever reads them checks them against durable files (a conversion's done records)."""
+    _write_then_replace(path, data, durable=False)
+
+
+def _write_then_replace(path: PathLike, data: bytes, durable: bool) -> None:
     path = Path(path)
     tmp = temp_path(path)
     try:
         with os.fdopen(create_new(tmp), "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        durable_replace(tmp, path)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        if durable:
+            durable_replace(tmp, path)
+        else:
+            os.replace(tmp, path)
     except BaseException as exc:
         try:
             os.unlink(tmp)      # a full disk must not leave a half-written temporary behind
