@@ -9,7 +9,7 @@ import secrets
 import stat
 import threading
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any, Callable, Dict, Tuple, Union
 
 HASH_ALGORITHM = "sha256"
 _BLOCK = 4 * 1024 * 1024
@@ -49,9 +49,9 @@ def open_regular(path: PathLike, root: PathLike, size: int) -> int:
     Opened O_NOFOLLOW|O_NONBLOCK, so neither a link nor a FIFO can redirect or hang the caller,
     and checked with fstat on that same fd.
     """
-    real_root = os.path.realpath(root)
+    real_root = _real_root(root)
     real = os.path.realpath(path)
-    if os.path.commonpath([real_root, real]) != real_root:
+    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
         raise NotAShardFile(f"{path}: lies outside {root}")
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -70,6 +70,22 @@ def open_regular(path: PathLike, root: PathLike, size: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+_REAL_ROOTS: Dict[str, Tuple[Tuple[int, int], str]] = {}
+
+
+def _real_root(root: PathLike) -> str:
+    """os.path.realpath(root), resolved again only when root now names another directory (one
+    stat instead of a walk over every component: verify and first opens call this per shard)."""
+    key = os.fspath(root)
+    info = os.stat(key)
+    known = _REAL_ROOTS.get(key)
+    if known is None or known[0] != (info.st_dev, info.st_ino):
+        if len(_REAL_ROOTS) >= 1024:
+            _REAL_ROOTS.clear()
+        known = _REAL_ROOTS[key] = ((info.st_dev, info.st_ino), os.path.realpath(key))
+    return known[1]
 
 
 def hash_shard_file(path: PathLike, root: PathLike, size: int) -> str:
