@@ -6,11 +6,16 @@ many-shard manifest's entries repeated; the shard files do not exist, so only op
 timed on it). Every operation runs in a fresh child process, once per repeat, for this tree and,
 with --baseline REF, for that git ref of this repository exported next to it; the two are
 interleaved so both see the same machine load. Prints medians (seconds) and candidate/baseline
-ratios, and the per-shard fixed cost of convert: (time(many) - time(few)) / (many - few).
+ratios, and the cost of convert per extra shard, (time(many) - time(few)) / (many - few), split into
+writing the shard (the time in write_shard_file: encoding its rows, the format writing the file)
+and the fixed cost (everything else: fsyncs, rename, hash, done record, manifest entry); the split
+needs --workers 1. quick-own is verify --quick with a peek that costs nothing (the manifest's own
+values), in this one process (no workers, no LMDB child processes): verify's own cost per shard,
+whatever the format's peek costs.
 
     python benchmarks/many_shards_ops.py [--rows 20000] [--few 100] [--many 10000] [--synthetic 100000]
         [--convert-many 2000] [--repeat 3] [--format hdf5] [--baseline main] [--workers 1]
-        [--ops open,quick,full,convert] [--keep DIR]
+        [--ops open,quick,quick-own,full,convert] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import numpy as np
 
@@ -38,8 +43,35 @@ import shardkit
 from shardkit.verification import verify
 import shutil
 import shardkit.dataset
+writing = [0.0]
 if op == "convert":
     shutil.rmtree(dst, ignore_errors=True)
+    import shardkit.conversion
+    write_shard_file = shardkit.conversion.write_shard_file
+
+    def timed_write(*args, **kwargs):
+        began = time.perf_counter()
+        try:
+            return write_shard_file(*args, **kwargs)
+        finally:
+            writing[0] += time.perf_counter() - began
+    shardkit.conversion.write_shard_file = timed_write      # in this process: --workers 1
+if op == "quick-own":
+    # verify --quick with a peek that costs nothing (the manifest's own values): what verify
+    # itself spends per shard (stat, open, checks), whatever the format's peek costs
+    from shardkit.formats import get_format
+    from shardkit.formats.base import ShardFormat
+    from shardkit.manifest import load_manifest
+    if not hasattr(ShardFormat, "peek"):            # a tree before the hook: nothing to measure
+        print(json.dumps([float("nan"), 0.0]))
+        sys.exit(0)
+    manifest = load_manifest(dst)
+    counts = dict(zip(manifest.shards.paths, manifest.shards.num_samples.tolist()))
+    type(get_format(fmt)).peek = lambda self, path, schema, options: (
+        counts["shards/" + path.rsplit("/", 1)[1]], manifest.dataset_id)
+    type(get_format(fmt)).crafted_files_crash = False       # in this process, where the patch holds
+    workers = "1"
+    op = "quick"
 start = time.perf_counter()
 if op == "open":
     ds = shardkit.open_dataset(dst)
@@ -50,7 +82,7 @@ elif op in ("quick", "full"):
 elif op == "convert":
     shardkit.convert(src, dst, format=fmt, samples_per_shard=int(per_shard), label_column="kind", quiet=True,
                      workers=int(workers))
-print(json.dumps(time.perf_counter() - start))
+print(json.dumps([time.perf_counter() - start, writing[0]]))
 """
 
 
@@ -87,11 +119,13 @@ def export(ref: str, where: Path) -> Path:
     return where
 
 
-def timed(tree: Path, op: str, src: Path, dst: Path, fmt: str, per_shard: int, workers: int) -> float:
+def timed(tree: Path, op: str, src: Path, dst: Path, fmt: str, per_shard: int, workers: int) -> Tuple[float, float]:
+    """(seconds of the operation, seconds of it spent in write_shard_file: encoding and writing shards)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     out = subprocess.run([sys.executable, "-c", CHILD, op, str(src), str(dst), fmt, str(per_shard), str(workers)],
                          env=env, check=True, capture_output=True, text=True, cwd=str(tree))
-    return float(out.stdout.strip().splitlines()[-1])
+    total, writing = json.loads(out.stdout.strip().splitlines()[-1])
+    return float(total), float(writing)
 
 
 def main() -> None:
@@ -129,18 +163,21 @@ def main() -> None:
         if not (synthetic / "manifest.json").exists():
             shutil.rmtree(synthetic, ignore_errors=True)
             synthetic_manifest(datasets[args.many], synthetic, args.synthetic)
-        cases = [(op, n, datasets[n]) for op in ("open", "quick", "full") if op in ops for n in (args.few, args.many)]
+        cases = [(op, n, datasets[n]) for op in ("open", "quick", "quick-own", "full") if op in ops
+                 for n in (args.few, args.many)]
         if "open" in ops:
             cases.append(("open", args.synthetic, synthetic))
         if "convert" in ops:
             cases += [("convert", n, root / f"out-{n}") for n in (args.few, args.convert_many)]
         times: Dict[tuple, List[float]] = {}
+        writing: Dict[tuple, List[float]] = {}
         for _ in range(args.repeat):
             for op, shards, dst in cases:
                 for name, tree in trees.items():
                     per_shard = -(-args.rows // shards)
-                    times.setdefault((name, op, shards), []).append(
-                        timed(tree, op, src, dst, args.format, per_shard, args.workers))
+                    total, written = timed(tree, op, src, dst, args.format, per_shard, args.workers)
+                    times.setdefault((name, op, shards), []).append(total)
+                    writing.setdefault((name, op, shards), []).append(total - written)
         print(f"{args.format}, {args.rows} rows, medians of {args.repeat} (seconds, one child process each, "
               f"--workers {args.workers})")
         names = list(trees)
@@ -152,10 +189,14 @@ def main() -> None:
             ratio = f"  {row[1] / row[0]:8.3f}x" if len(row) == 2 else ""
             print(f"{op:10} {shards:>8} " + " ".join(f"{value:10.3f}" for value in row) + ratio)
         if "convert" in ops:
+            rest = {key: statistics.median(value) for key, value in writing.items()}
+            extra = args.convert_many - args.few
             for name in names:
-                fixed = (med[(name, "convert", args.convert_many)] - med[(name, "convert", args.few)]) \
-                    / (args.convert_many - args.few)
-                print(f"convert fixed cost per shard ({name}): {fixed * 1000:.2f} ms")
+                whole = (med[(name, "convert", args.convert_many)] - med[(name, "convert", args.few)]) / extra
+                fixed = (rest[(name, "convert", args.convert_many)] - rest[(name, "convert", args.few)]) / extra
+                print(f"convert cost per extra shard ({name}): {whole * 1000:.2f} ms, of which writing the shard "
+                      f"(write_shard_file) {(whole - fixed) * 1000:.2f} ms and fixed cost (commit, done record, "
+                      f"manifest entry, the rest) {fixed * 1000:.2f} ms")
 
 
 if __name__ == "__main__":

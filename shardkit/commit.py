@@ -7,6 +7,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, List, Set
 
+from .integrity import SharedFolderSync
 from .sink import ShardResult, WrittenShard
 
 #: Shards being committed at once: enough for the file system to group their fsyncs; each holds
@@ -27,6 +28,7 @@ class CommitPipeline:
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="shardkit-commit")
         self._pending: Set[Future] = set()
         self._stopping = threading.Event()
+        self._sync_folder = SharedFolderSync()      # every shard goes to the same shards/
 
     def __enter__(self) -> "CommitPipeline":
         return self
@@ -39,7 +41,7 @@ class CommitPipeline:
     def submit(self, written: WrittenShard) -> List[ShardResult]:
         """Start committing `written`; the results of commits done by now (waits while `threads`
         commits are already under way)."""
-        self._pending.add(self._pool.submit(written.commit, self._stopping.is_set))
+        self._pending.add(self._pool.submit(written.commit, self._stopping.is_set, self._sync_folder))
         done = self._collect(block=len(self._pending) >= self._threads)
         return done
 

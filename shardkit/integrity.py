@@ -7,8 +7,9 @@ import json
 import os
 import secrets
 import stat
+import threading
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Callable, Dict, Tuple, Union
 
 HASH_ALGORITHM = "sha256"
 _BLOCK = 4 * 1024 * 1024
@@ -61,7 +62,7 @@ def open_regular(path: PathLike, root: PathLike, size: int) -> int:
     real, entry = _look_at(path)
     if stat.S_ISLNK(entry.st_mode):
         raise NotAShardFile(path, "is a symbolic link")
-    if not _is_inside(real, _real_path(root)):
+    if not _is_inside(real, _real_root(root)):
         raise NotAShardFile(path, f"lies outside {root}")
     if not stat.S_ISREG(entry.st_mode):
         raise NotAShardFile(path, "is not a regular file")
@@ -103,15 +104,25 @@ def _look_at(path: PathLike) -> "tuple[str, os.stat_result]":
     return os.path.realpath(path), os.lstat(path)
 
 
-def _real_path(folder: PathLike) -> str:
-    """The real path of a folder (what it links to, if it is a link), as _look_at finds it."""
-    real, entry = _look_at(folder)
-    return os.path.realpath(folder) if stat.S_ISLNK(entry.st_mode) else real
-
-
 def _is_inside(real: str, real_root: str) -> bool:
     """True when the real path `real` is real_root or below it."""
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+_REAL_ROOTS: Dict[str, Tuple[Tuple[int, int], str]] = {}
+
+
+def _real_root(root: PathLike) -> str:
+    """os.path.realpath(root), resolved again only when root now names another directory (one
+    stat instead of a walk over every component: verify and first opens call this per shard)."""
+    key = os.fspath(root)
+    info = os.stat(key)
+    known = _REAL_ROOTS.get(key)
+    if known is None or known[0] != (info.st_dev, info.st_ino):
+        if len(_REAL_ROOTS) >= 1024:
+            _REAL_ROOTS.clear()
+        known = _REAL_ROOTS[key] = ((info.st_dev, info.st_ino), os.path.realpath(key))
+    return known[1]
 
 
 def hash_shard_file(path: PathLike, root: PathLike, size: int) -> str:
@@ -145,6 +156,42 @@ def durable_replace(tmp: PathLike, final: PathLike) -> None:
     fsync_path(os.path.dirname(os.path.abspath(final)))
 
 
+class SharedFolderSync:
+    """fsync of a folder for threads that each renamed a file into it: a caller returns once an
+    fsync that began after its call has finished, so one fsync covers every rename made before it
+    began and concurrent commits share it instead of queueing one each. One folder per object."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._tickets = 0       # calls so far; call n needs an fsync begun after it (covered > n)
+        self._covered = 0
+        self._busy = False
+
+    def __call__(self, folder: PathLike) -> None:
+        with self._changed:
+            ticket = self._tickets
+            self._tickets += 1
+            while self._covered <= ticket:
+                if not self._busy:
+                    self._busy, upto = True, self._tickets
+                    break
+                self._changed.wait()
+            else:
+                return
+        try:
+            fsync_path(folder)
+            with self._changed:
+                self._covered = max(self._covered, upto)
+        finally:
+            with self._changed:
+                self._busy = False
+                self._changed.notify_all()
+
+
+#: fsyncs a folder by path (fsync_path, or a SharedFolderSync).
+FolderSync = Callable[[PathLike], None]
+
+
 #: Flags of every file shardkit creates next to its final name: a new file, never through a link.
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -163,15 +210,29 @@ def create_new(path: PathLike) -> int:
 
 
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
-    """Write a file so readers see either the old content or the complete new one."""
+    """Write a file so readers see either the old content or the complete new one, durably."""
+    _write_then_replace(path, data, durable=True)
+
+
+def replace_bytes(path: PathLike, data: bytes) -> None:
+    """atomic_write_bytes without its two fsyncs: for records that may be lost in a crash, because
+    whoever reads them checks them against durable files (a conversion's done records)."""
+    _write_then_replace(path, data, durable=False)
+
+
+def _write_then_replace(path: PathLike, data: bytes, durable: bool) -> None:
     path = Path(path)
     tmp = temp_path(path)
     try:
         with os.fdopen(create_new(tmp), "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        durable_replace(tmp, path)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        if durable:
+            durable_replace(tmp, path)
+        else:
+            os.replace(tmp, path)
     except BaseException as exc:
         try:
             os.unlink(tmp)      # a full disk must not leave a half-written temporary behind

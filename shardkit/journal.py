@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from .errors import DestinationExistsError, LockedError, UsageError
-from .integrity import PathLike, atomic_write_json
+from .integrity import PathLike, atomic_write_json, json_bytes, replace_bytes
 from .manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME
 
 JOURNAL_DIR = ".shardkit"
@@ -91,7 +91,10 @@ class Journal:
             return None
 
     def write_done(self, stem: str, record: Dict[str, Any]) -> None:
-        atomic_write_json(self.done_dir / f"{stem}.json", record)
+        """Record a finished shard. Not fsynced: a record lost or torn by a crash only makes
+        --resume redo its shard, and a record is reused only if its shard's file, made durable
+        before the record was written, still has the recorded sha256 (sink.reusable_result)."""
+        replace_bytes(self.done_dir / f"{stem}.json", json_bytes(record))
 
     def clear_done(self) -> None:
         """Forget every finished shard (a fresh, non-resumed run)."""

@@ -1,25 +1,36 @@
 """Shard writing in worker processes that stop when the conversion stops (see workers.py).
 
-A stopped worker leaves at most its shard's temporary file, which the caller removes.
+A stopped worker leaves at most its shard's temporary file, which the caller removes. A Ctrl-C
+in a terminal reaches the workers too: from then on a worker commits no shard it has not yet
+renamed (its task returns None), so the run stops at once instead of finishing the shards the
+workers hold while the parent gets round to stopping them.
 """
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, List, Optional
 
 from .errors import ConversionError
 from .plan import ShardTask
-from .sink import ShardResult, SinkContext, write_shard
+from .sink import ShardResult, SinkContext, write_shard_file
 from .workers import run_in_workers
 
 _WORKER_CTX: Optional[SinkContext] = None
 _WORKER_COUNTERS: Any = None
+_INTERRUPTED = False
 
 
 def _init_worker(ctx: SinkContext, counters: Any) -> None:
     global _WORKER_CTX, _WORKER_COUNTERS
     _WORKER_CTX, _WORKER_COUNTERS = ctx, counters
+    signal.signal(signal.SIGINT, _note_interrupt)     # noted, never raised: the parent stops the worker
+
+
+def _note_interrupt(signum: int, frame: Any) -> None:
+    global _INTERRUPTED
+    _INTERRUPTED = True
 
 
 def _count_in_worker(items: int, nbytes: int) -> None:
@@ -28,10 +39,17 @@ def _count_in_worker(items: int, nbytes: int) -> None:
         _WORKER_COUNTERS[1] += nbytes
 
 
-def _write_in_worker(task: ShardTask) -> ShardResult:
+def _write_in_worker(task: ShardTask) -> Optional[ShardResult]:
+    """The shard's result, or None when a Ctrl-C came before its rename (nothing recorded)."""
     if _WORKER_CTX is None:
         raise RuntimeError("worker used before its initializer ran")
-    return write_shard(_WORKER_CTX, task, progress=_count_in_worker)
+    return write_shard_file(_WORKER_CTX, task, progress=_count_in_worker).commit(lambda: _INTERRUPTED)
+
+
+def _result_or_interrupt(result: Optional[ShardResult], on_result: Callable[[ShardResult], None]) -> None:
+    if result is None:          # the worker saw a Ctrl-C: the run is interrupted
+        raise KeyboardInterrupt
+    on_result(result)
 
 
 def run_parallel(ctx: SinkContext, tasks: List[ShardTask], workers: int,
@@ -44,7 +62,8 @@ def run_parallel(ctx: SinkContext, tasks: List[ShardTask], workers: int,
     """
     counters = multiprocessing.get_context("spawn").Array("q", 2)
     try:
-        run_in_workers(_write_in_worker, tasks, workers, on_done=lambda _, result: on_result(result),
+        run_in_workers(_write_in_worker, tasks, workers,
+                       on_done=lambda _, result: _result_or_interrupt(result, on_result),
                        poll=lambda: on_progress(counters[0], counters[1]),
                        initializer=_init_worker, initargs=(ctx, counters))
     except BrokenProcessPool:

@@ -17,7 +17,7 @@ import numpy as np
 from .errors import ConversionError
 from .formats import get_format
 from .formats.base import FormatOptions
-from .integrity import durable_replace, fsync_path, hash_file, hash_shard_file, temp_path
+from .integrity import FolderSync, fsync_path, hash_file, hash_shard_file, temp_path
 from .journal import Journal
 from .manifest import SHARDS_DIR
 from .plan import ShardTask
@@ -136,17 +136,20 @@ class WrittenShard:
     final: Path
     result: ShardResult
 
-    def commit(self, cancelled: Callable[[], bool] = lambda: False) -> Optional[ShardResult]:
+    def commit(self, cancelled: Callable[[], bool] = lambda: False,
+               sync_folder: Optional[FolderSync] = None) -> Optional[ShardResult]:
         """fsync the file, rename it to its final name, fsync shards/, hash it, then write the done
         record: a shard counts as done only once its bytes and its name are durable. Safe to run
-        in another thread, several shards at once (their fsyncs overlap). None, with the file
+        in another thread, several shards at once (their fsyncs overlap; with a shared
+        sync_folder, one fsync of shards/ serves the renames made before it). None, with the file
         removed, when cancelled() holds before the rename (the run was stopped: --resume redoes it)."""
         try:
             fsync_path(self.tmp)
             if cancelled():
                 _unlink_quietly(self.tmp)
                 return None
-            durable_replace(self.tmp, self.final)
+            os.replace(self.tmp, self.final)
+            (sync_folder or fsync_path)(self.final.parent)
             self.result.sha256 = hash_file(self.final)
             Journal(self.dst).write_done(self.task.name, self.result.to_dict())
         except OSError as exc:

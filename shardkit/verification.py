@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -102,14 +103,19 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
             # each batch in a child process that a crafted file may kill without killing verify
             run_isolated(_check_batch_isolated, batches, workers, on_done=done_json, context=(dst, manifest, mode),
                          on_killed=lambda batch, error: _killed_batch(dst, manifest, mode, batch, error))
-        elif workers > 1 and len(batches) > 1:
-            # spawned, never forked: a fork of a threaded (torch) process can deadlock; the manifest
-            # goes to each worker once (initializer), not with every batch
-            run_in_workers(_check_batch_in_worker, batches, workers, on_done=done, initializer=_set_worker_job,
-                           initargs=(dst, manifest, mode))
         else:
-            for number, batch in enumerate(batches):
-                done(number, _check_batch(dst, manifest, mode, batch))
+            started, number = time.monotonic(), 0
+            while number < len(batches) and (number == 0 or workers == 1
+                                             or time.monotonic() - started < LOCAL_SECONDS):
+                done(number, _check_batch(dst, manifest, mode, batches[number]))
+                number += 1
+            rest = range(number, len(batches))
+            if rest:
+                # spawned, never forked: a fork of a threaded (torch) process can deadlock; the
+                # manifest goes to each worker once (initializer), not with every batch
+                run_in_workers(_check_batch_in_worker, [batches[n] for n in rest], workers,
+                               on_done=lambda n, outcome: done(rest[n], outcome), initializer=_set_worker_job,
+                               initargs=(dst, manifest, mode))
     for batch_outcomes in outcomes:
         for problems, samples in batch_outcomes:
             report.problems.extend(problems)
@@ -117,6 +123,12 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
     report.shards_checked = shards
     return report
 
+
+#: Seconds of checking done in this process (the first batch at least) before the shards left go to
+#: worker processes: about what starting workers costs (each imports shardkit and its format's
+#: library), so a verify done sooner, e.g. --quick where the format records counts and identity
+#: cheaply, starts none.
+LOCAL_SECONDS = 1.0
 
 #: Shards per verify task at most: few enough to spread a small dataset over the workers, enough
 #: that a task's overhead (a round trip to a worker) is small next to its shards' checks.
@@ -266,7 +278,11 @@ def check_shard(dst: str, manifest: Manifest, number: int, mode: str) -> Tuple[L
     fmt = get_format(manifest.format_name)
     reader = None
     try:
-        reader = fmt.open_reader(path, manifest.schema, manifest.format_options)
+        if mode == "quick":         # the count and identity as the shard records them, cheaply
+            count, dataset_id = fmt.peek(path, manifest.schema, manifest.format_options)
+        else:                       # the reader's structural checks too
+            reader = fmt.open_reader(path, manifest.schema, manifest.format_options)
+            count, dataset_id = len(reader), reader.dataset_id
     except CorruptShardError as exc:
         problem("structure", exc.after_file())
         return problems, 0
@@ -277,13 +293,13 @@ def check_shard(dst: str, manifest: Manifest, number: int, mode: str) -> Tuple[L
     samples = 0
     try:
         try:
-            manifest.check_identity(reader.dataset_id, path, number)
+            manifest.check_identity(dataset_id, path, number)
         except CorruptShardError as exc:
             problem("identity", exc.after_file())
             return problems, 0
-        if len(reader) != entry.num_samples:
-            problem("count", f"holds {len(reader)} samples, manifest says {entry.num_samples}")
-        if mode == "deep":
+        if count != entry.num_samples:
+            problem("count", f"holds {count} samples, manifest says {entry.num_samples}")
+        if reader is not None and mode == "deep":
             for index in range(len(reader)):
                 samples += 1
                 try:
@@ -305,5 +321,6 @@ def check_shard(dst: str, manifest: Manifest, number: int, mode: str) -> Tuple[L
                 except SampleError as exc:
                     problem("sample", f"sample {index} does not decode ({exc})", index)
     finally:
-        reader.close()
+        if reader is not None:
+            reader.close()
     return problems, samples

@@ -177,3 +177,14 @@ class ShardFormat(abc.ABC):
     @abc.abstractmethod
     def open_reader(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardReader:
         """A reader for an existing shard file at path."""
+
+    def peek(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Tuple[int, Optional[str]]:
+        """(number of samples, dataset_id) of the shard at path, as cheaply as the format can tell:
+        what verify checks of every shard short of --deep. This default opens a reader (with all its
+        structural checks); a format that records both in a small record at a fixed place reads just
+        that, and raises CorruptShardError when the record is damaged."""
+        reader = self.open_reader(path, schema, options)
+        try:
+            return len(reader), reader.dataset_id
+        finally:
+            reader.close()

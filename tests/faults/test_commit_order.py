@@ -98,3 +98,37 @@ def test_a_stopped_run_drops_commits_before_their_rename(tmp_path: Path) -> None
     done = WrittenShard(str(tmp_path), task, tmp, final, result).commit()
     assert done is not None and done.sha256 == integrity.hash_file(final)
     assert (journal.Journal(tmp_path).done_dir / "shard-00000.json").is_file() and not tmp.exists()
+
+
+def test_done_records_lost_or_torn_by_a_crash_only_make_resume_redo_their_shards(
+        image_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Done records are not fsynced: a crash may leave one empty or cut short, or lose it. --resume
+    then redoes just those shards, and the output is byte-identical to an uninterrupted run."""
+    real_fsync = integrity.fsync_path
+
+    def failing(path: "os.PathLike[str] | str") -> None:
+        if "shard-00006" in os.fspath(path):
+            raise OSError(5, "Input/output error")
+        real_fsync(path)
+
+    dst, fresh = tmp_path / "out", tmp_path / "fresh"
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    with monkeypatch.context() as patched:
+        patched.setattr("shardkit.sink.fsync_path", failing)
+        with pytest.raises(ConversionError):
+            shardkit.convert(str(image_tree), str(dst), format="hdf5", samples_per_shard=3, workers=1, quiet=True)
+    done = dst / ".shardkit" / "done"
+    for number in range(3):
+        assert (done / f"shard-{number:05d}.json").is_file()
+    (done / "shard-00000.json").write_bytes(b"")                                   # created, never written
+    record = (done / "shard-00001.json").read_bytes()
+    (done / "shard-00001.json").write_bytes(record[:len(record) // 2])            # cut short
+    (done / "shard-00002.json").unlink()                                            # lost
+    intact = sum(1 for path in done.glob("shard-*.json") if path.stat().st_size > 0) - 1
+    report = shardkit.convert(str(image_tree), str(dst), format="hdf5", samples_per_shard=3, workers=1, quiet=True,
+                              resume=True)
+    assert report.shards_reused == intact
+    shardkit.convert(str(image_tree), str(fresh), format="hdf5", samples_per_shard=3, workers=1, quiet=True)
+    for path in sorted((fresh / "shards").iterdir()):
+        assert (dst / "shards" / path.name).read_bytes() == path.read_bytes(), path.name
+    assert (dst / "manifest.json").read_bytes() == (fresh / "manifest.json").read_bytes()
