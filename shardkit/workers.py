@@ -119,6 +119,11 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
         if process.is_alive():
             process.kill()
             process.join()
+    # Its manager thread closes a wake-up pipe as it ends; an interpreter exit that wakes it at
+    # that moment prints a 'Bad file descriptor' traceback, so let it end first.
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None:
+        manager.join(STOP_GRACE)
 
 
 __all__ = ["POLL_SECONDS", "STOP_GRACE", "WORKERS_ENV", "default_workers", "run_in_workers", "stop_pool"]
