@@ -284,6 +284,12 @@ def check_shard(dst: str, manifest: Manifest, number: int, mode: str) -> Tuple[L
         if len(reader) != entry.num_samples:
             problem("count", f"holds {len(reader)} samples, manifest says {entry.num_samples}")
         if mode == "deep":
+            try:
+                mismatch = fmt.cross_check(path, manifest.schema, manifest.format_options)
+            except CorruptShardError as exc:
+                mismatch = str(exc).replace(f"{path}: ", "", 1)
+            if mismatch:
+                problem("structure", mismatch)
             for index in range(len(reader)):
                 samples += 1
                 try:

@@ -172,3 +172,17 @@ class ShardFormat(abc.ABC):
     @abc.abstractmethod
     def open_reader(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardReader:
         """A reader for an existing shard file at path."""
+
+    def peek(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Tuple[int, Optional[str]]:
+        """(sample count, dataset_id) of a shard, as its reader would give them; a format whose
+        shards record both in one place reads only that (verify --quick on many shards)."""
+        reader = self.open_reader(path, schema, options)
+        try:
+            return len(reader), reader.dataset_id
+        finally:
+            reader.close()
+
+    def cross_check(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Optional[str]:
+        """verify --deep: what the format's own library finds wrong with a shard that its reader,
+        taking a shortcut, does not look at (None: nothing); CorruptShardError when it cannot open."""
+        return None
