@@ -300,7 +300,11 @@ class HDF5Reader(ShardReader):
         """Open through the locator in the userblock (format version 3): one pread, one mmap,
         no HDF5. False when the shard has none, keeps its data compressed, or was changed after
         it was written (then h5py opens it with every structure check)."""
-        with open(self._path, "rb") as handle:
+        try:
+            handle = open(self._path, "rb")
+        except OSError:
+            return False            # h5py reports it
+        with handle:
             raw = read_head(handle.fileno(), self._path)
             if raw is None:
                 return False
