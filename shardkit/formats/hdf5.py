@@ -26,6 +26,7 @@ from ..schema import COMPRESSIONS, SampleSchema
 from .base import ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
 from .hdf5_locator import Locator, describes, disagreement, locate, parse, read_head, seal, userblock_size
 from .keys import KeyPacker, KeyTable
+from .locating import close_map
 
 #: Chunk of the packed byte stream; a random read decompresses at most two of them.
 BYTES_CHUNK = {"none": 1 << 20, "gzip": 1 << 17, "lzf": 1 << 17}
@@ -565,12 +566,8 @@ class HDF5Reader(ShardReader):
         if self._file is None and self._mmap is not None:   # tables are views of the map too
             self._labels, self._crcs = np.zeros(0, np.int64), np.zeros(0, np.uint32)
             self._offsets = None if getattr(self, "_offsets", None) is None else np.zeros(1, np.int64)
-        if self._mmap is not None:
-            try:
-                self._mmap.close()
-            except BufferError:
-                pass  # a returned view still uses it; it closes when that view is freed
-            self._mmap = None
+        close_map(self._mmap)
+        self._mmap = None
         if getattr(self, "_file", None) is not None:
             self._file.close()
             self._file = None

@@ -6,6 +6,7 @@ ranges (the format library's own metadata) unchanged since the writer recorded t
 """
 from __future__ import annotations
 
+import mmap
 import zlib
 from typing import Any, Iterable, List, Optional, Tuple
 
@@ -39,3 +40,13 @@ def gaps_crc32(view: Any, ranges: Iterable[Range], start: int, stop: int) -> int
         crc = zlib.crc32(view[position:max(position, begin)], crc)
         position = max(position, end)
     return zlib.crc32(view[position:stop], crc)
+
+
+def close_map(mapping: Optional[mmap.mmap]) -> None:
+    """Close a reader's map, unless a sample view it returned still uses it (then the map closes
+    when the last such view is freed)."""
+    if mapping is not None:
+        try:
+            mapping.close()
+        except BufferError:
+            pass

@@ -28,6 +28,7 @@ from ..schema import SampleSchema
 from .base import ShardFormat, ShardReader, ShardWriter
 from .keys import KeyPacker, KeyTable
 from .packing import check_per_sample_compression, compress, payload_bytes, raw_rows, restore
+from .locating import close_map
 from .pt_locator import TENSORS, describes, read_locator, seal
 
 _TENSORS = {"data": torch.uint8, "offsets": torch.int64, "raw_lengths": torch.int64,
@@ -289,12 +290,8 @@ class PTReader(ShardReader):
         # Dropping the tensors unmaps the file once no returned view still uses it.
         self._data = self._offsets = self._raw_lengths = self._labels = self._crcs = np.zeros(0)
         self._count = 0
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:
-                pass  # a returned view still uses it; it closes when that view is freed
-            self._map = None
+        close_map(self._map)
+        self._map = None
 
 
 class PTFormat(ShardFormat):

@@ -131,8 +131,8 @@ def read_locator(fd: int, path: str, file_size: int) -> Optional[Tuple[PTLocator
     text = tail[len(tail) - comment:len(tail) - _TRAILER.size]
     if zlib.crc32(struct.pack("<QI", recorded_size, meta) + text) != crc:
         raise _corrupt(path, "fails its CRC32 check")
-    end = _END.unpack_from(tail, len(tail) - comment - _END.size)
-    if end[0] != _END_SIGNATURE or end[-1] != comment:
+    record = _END.unpack_from(tail, len(tail) - comment - _END.size)
+    if record[0] != _END_SIGNATURE or record[-1] != comment:
         raise _corrupt(path, "is not the archive's comment")
     try:
         body = json.loads(text)
