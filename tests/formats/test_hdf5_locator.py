@@ -108,13 +108,18 @@ def count_off(locator: Locator) -> None:
     locator.count += 1
 
 
+def labels_short(locator: Locator) -> None:
+    offset, size = locator.tables["labels"]
+    locator.tables["labels"] = (offset, size - 8)
+
+
 def into_userblock(locator: Locator) -> None:
     locator.tables["keys"] = (8, locator.tables["keys"][1])
 
 
 CRAFTED = {"past_eof": (past_eof, "past the end"), "overlap": (overlap, "overlap"),
            "table_on_data": (table_on_data, "overlap"), "count": (count_off, "bytes for"),
-           "into_userblock": (into_userblock, "userblock")}
+           "into_userblock": (into_userblock, "userblock"), "labels_short": (labels_short, "/labels has")}
 
 
 @pytest.mark.parametrize("case", sorted(CRAFTED))
@@ -149,8 +154,9 @@ def test_a_shard_changed_with_h5py_is_read_through_h5py(tmp_path: Path) -> None:
     shard = dst / "shards" / "shard-00000.h5"
     with h5py.File(shard, "r+") as handle:
         labels = handle["labels"][()]
+        handle["new_labels"] = 1 - labels       # written elsewhere in the file, the old bytes stay
         del handle["labels"]
-        handle["labels"] = 1 - labels
+        handle.move("new_labels", "labels")
     reseal(dst)
     ds = shardkit.open_dataset(dst, decode=None)
     assert [ds[i][1] for i in range(3)] == (1 - labels[:3]).tolist()     # the old bytes are still in the file
