@@ -7,9 +7,10 @@ For each format, the same CSV rows are converted into --few shards and into --ma
   quick       verify(DST, mode="quick") wall time (median of --repeats)
   uniform     ds[i] per second in one process, uniform random order, after one read of every shard
   sampler     the same in ShardAwareSampler order
-  loader      samples per second through DataLoader(batch_size=256, num_workers=2, RandomSampler,
-              persistent_workers=True), decode=None, second epoch (the first warms the workers)
-  rss         the largest worker's resident memory after the timed epoch (MiB)
+  loader      samples per second through DataLoader(batch_size=256, num_workers=2, RandomSampler),
+              decode=None, workers not persistent (each epoch's fresh workers open every shard
+              again), last of --epochs epochs (the first warms the page cache)
+  rss         the largest worker's resident memory during the timed epoch (MiB)
 
 Rates are medians of --repeats, few and many interleaved within each repeat; the ratio many/few
 is the median of the per-repeat ratios, so machine noise hits both alike.
@@ -63,47 +64,33 @@ def read_rate(ds: Any, order: List[int]) -> float:
     return len(order) / (time.perf_counter() - started)
 
 
-def _rss_of_worker(_: int) -> None:
-    """worker_init_fn: note the pid so the parent can read the worker's memory."""
-    info = torch.utils.data.get_worker_info()
-    assert info is not None
-    with open(os.path.join(tempfile.gettempdir(), f"many_shards_pid_{os.getppid()}_{info.id}"), "w") as handle:
-        handle.write(str(os.getpid()))
-
-
-def _rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as handle:
-        for line in handle:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+def _count_in_worker(batch: list) -> "tuple[int, float]":
+    """collate_fn, run in the worker: (samples of the batch, the worker's resident memory in MiB)."""
+    with open("/proc/self/status") as handle:
+        rss = next((int(line.split()[1]) / 1024 for line in handle if line.startswith("VmRSS:")), 0.0)
+    return len(batch), rss
 
 
 def loader_rate(dst: str, epochs: int) -> "tuple[float, float]":
-    """(samples/s of the last epoch, largest worker RSS in MiB)."""
+    """(samples/s of the last epoch, largest worker RSS in MiB). Workers are not persistent: each
+    epoch starts fresh ones, which open every shard they touch again (PyTorch's default)."""
     ds = shardkit.open_dataset(dst, decode=None)
     loader = torch.utils.data.DataLoader(
-        ds, batch_size=256, num_workers=2, persistent_workers=True, worker_init_fn=_rss_of_worker,
-        sampler=torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)),
-        collate_fn=lambda batch: len(batch))
-    rate = 0.0
+        ds, batch_size=256, num_workers=2, persistent_workers=False, collate_fn=_count_in_worker,
+        sampler=torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)))
+    rate, rss = 0.0, 0.0
     for _ in range(epochs):
         started = time.perf_counter()
-        count = sum(loader)
-        rate = count / (time.perf_counter() - started)
-    rss = 0.0
-    for worker in range(2):
-        marker = os.path.join(tempfile.gettempdir(), f"many_shards_pid_{os.getpid()}_{worker}")
-        with open(marker) as handle:
-            rss = max(rss, _rss_mib(int(handle.read())))
-        os.unlink(marker)
+        batches = list(loader)
+        rate = sum(count for count, _ in batches) / (time.perf_counter() - started)
+        rss = max(worker_rss for _, worker_rss in batches)
     del loader
     ds.close()
     return rate, rss
 
 
 def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repeats: int,
-            reads: int, epochs: int) -> Dict[str, Any]:
+            reads: int, epochs: int, quick: bool = True) -> Dict[str, Any]:
     dsts = {count: os.path.join(work, f"{fmt}-{count}") for count in (few, many)}
     convert_s = {count: timed(lambda: shardkit.convert(csv, dsts[count], format=fmt, label_column="label",
                                                        samples_per_shard=-(-rows // count), quiet=True))
@@ -117,7 +104,8 @@ def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repea
             dst = dsts[count]
             HANDLES.close_all()
             samples["open"][count].append(timed(lambda: shardkit.open_dataset(dst, decode=None)))
-            samples["quick"][count].append(timed(lambda: shardkit.verify(dst, mode="quick")))
+            if quick:
+                samples["quick"][count].append(timed(lambda: shardkit.verify(dst, mode="quick")))
             ds = shardkit.open_dataset(dst, decode=None)
             samples["uniform"][count].append(read_rate(ds, rng.integers(0, len(ds), reads).tolist()))
             sampler = shardkit.ShardAwareSampler(ds, seed=0)
@@ -127,6 +115,8 @@ def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repea
             samples["loader"][count].append(rate)
             samples["rss"][count].append(rss)
     for name, by_count in samples.items():
+        if not by_count[few]:
+            by_count = {few: [float("nan")], many: [float("nan")]}
         results[name] = {count: statistics.median(values) for count, values in by_count.items()}
         results[name]["ratio"] = statistics.median(m / f for f, m in zip(by_count[few], by_count[many]))
     return results
@@ -141,17 +131,21 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=30_000)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--formats", nargs="*", default=format_names())
+    parser.add_argument("--no-quick", action="store_true", help="skip verify --quick (benchmarks/many_shards_ops.py "
+                        "measures it)")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="many_shards_")
     try:
         csv = os.path.join(work, "rows.csv")
         write_csv(csv, args.rows)
-        print(f"{args.rows} rows, {args.few} vs {args.many} shards, {os.cpu_count()} CPUs")
+        print(f"{args.rows} rows, {args.few} vs {args.many} shards, {os.cpu_count()} CPUs, load average "
+              f"{os.getloadavg()[0]:.1f}")
         print("| format | shards | uniform /s | sampler /s | loader /s | worker RSS MiB | open_dataset s "
               "| verify --quick s | convert ms/shard |")
         print("|---|---|---|---|---|---|---|---|---|")
         for fmt in args.formats:
-            res = measure(fmt, csv, work, args.rows, args.few, args.many, args.repeats, args.reads, args.epochs)
+            res = measure(fmt, csv, work, args.rows, args.few, args.many, args.repeats, args.reads, args.epochs,
+                          not args.no_quick)
             for count in (args.few, args.many):
                 convert = f"{res['convert_ms_per_shard']:.2f}" if count == args.many else ""
                 print(f"| {fmt} | {count:,} | {res['uniform'][count]:,.0f} | {res['sampler'][count]:,.0f} "

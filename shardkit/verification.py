@@ -300,6 +300,12 @@ def check_shard(dst: str, manifest: Manifest, number: int, mode: str) -> Tuple[L
         if count != entry.num_samples:
             problem("count", f"holds {count} samples, manifest says {entry.num_samples}")
         if reader is not None and mode == "deep":
+            try:
+                mismatch = fmt.cross_check(path, manifest.schema, manifest.format_options)
+            except CorruptShardError as exc:
+                mismatch = exc.after_file()
+            if mismatch:
+                problem("structure", mismatch)
             for index in range(len(reader)):
                 samples += 1
                 try:

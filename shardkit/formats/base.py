@@ -188,3 +188,8 @@ class ShardFormat(abc.ABC):
             return len(reader), reader.dataset_id
         finally:
             reader.close()
+
+    def cross_check(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Optional[str]:
+        """verify --deep: what the format's own library finds wrong with a shard that its reader,
+        taking a shortcut, does not look at (None: nothing); CorruptShardError when it cannot open."""
+        return None

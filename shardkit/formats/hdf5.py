@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import sys
 from array import array
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -23,7 +24,9 @@ from ..errors import CorruptShardError, UsageError
 from ..records import Encoded, EncodedRows
 from ..schema import COMPRESSIONS, SampleSchema
 from .base import FormatOptions, ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
+from .hdf5_locator import Locator, describes, disagreement, locate, parse, read_head, seal, userblock_size
 from .keys import KeyPacker, KeyTable
+from .locating import close_map
 
 #: Chunk of the packed byte stream; a random read decompresses at most two of them.
 BYTES_CHUNK = {"none": 1 << 20, "gzip": 1 << 17, "lzf": 1 << 17}
@@ -109,7 +112,9 @@ class HDF5Writer(ShardWriter):
 
     def close(self) -> None:
         count = len(self._labels)
-        with h5py.File(self._path, "w", track_order=False, locking=False) as handle:
+        pieces = _chunking(count if self._schema.is_array else len(self._data), self._chunk_rows())[1]
+        userblock = userblock_size(pieces, self._dataset_id)
+        with h5py.File(self._path, "w", track_order=False, locking=False, userblock_size=userblock) as handle:
             handle.attrs["shardkit_format"] = FORMAT.name
             handle.attrs["format_version"] = FORMAT.version
             handle.attrs["layout"] = self._schema.layout
@@ -118,14 +123,13 @@ class HDF5Writer(ShardWriter):
             flat = np.frombuffer(self._data, dtype=np.uint8)
             if self._schema.is_array:
                 shape = tuple(self._schema.shape)
-                per_chunk = max(1, ARRAY_CHUNK[self._schema.compression] // max(1, self._schema.sample_nbytes))
                 rows = flat.view(np.dtype(self._schema.dtype)).reshape(count, *shape)
-                data = _create(handle, "data", (count, *shape), rows.dtype, (per_chunk, *shape), self._schema)
+                data = _create(handle, "data", (count, *shape), rows.dtype, (self._chunk_rows(), *shape),
+                               self._schema)
                 step = max(1, _WRITE_BLOCK // max(1, self._schema.sample_nbytes))
             else:
                 rows = flat
-                data = _create(handle, "data", (len(flat),), np.uint8,
-                               (BYTES_CHUNK[self._schema.compression],), self._schema)
+                data = _create(handle, "data", (len(flat),), np.uint8, (self._chunk_rows(),), self._schema)
                 step = _WRITE_BLOCK
                 handle.create_dataset("offsets", data=np.frombuffer(self._offsets, dtype=np.int64),
                                       track_times=False)
@@ -138,7 +142,16 @@ class HDF5Writer(ShardWriter):
             key_data, key_blocks = self._keys.finish()
             handle.create_dataset("keys", data=np.frombuffer(key_data, dtype=np.uint8), track_times=False)
             handle.create_dataset("key_blocks", data=key_blocks, track_times=False)
+            locator = locate(handle, self._schema.compression == "none" and sys.byteorder == "little",
+                             self._dataset_id, userblock)
+        seal(self._path, locator)
         self.abort()
+
+    def _chunk_rows(self) -> int:
+        """Rows of /data per chunk before they are evened out (_chunking)."""
+        if self._schema.is_array:
+            return max(1, ARRAY_CHUNK[self._schema.compression] // max(1, self._schema.sample_nbytes))
+        return BYTES_CHUNK[self._schema.compression]
 
     def abort(self) -> None:
         """Drop the buffered samples: nothing reaches the file before close(), so there is
@@ -148,13 +161,21 @@ class HDF5Writer(ShardWriter):
         self._keys = KeyPacker()
 
 
+def _chunking(rows: int, limit: int) -> Tuple[int, int]:
+    """(rows per chunk, chunks) of a dataset of `rows` rows cut into chunks of at most `limit` rows,
+    all equal: the last one wastes (almost) nothing."""
+    if rows == 0:
+        return limit, 0
+    pieces = -(-rows // limit)
+    return -(-rows // pieces), pieces
+
+
 def _create(handle: h5py.File, name: str, shape: tuple, dtype: Any, chunks: tuple,
             schema: SampleSchema) -> h5py.Dataset:
     """A fixed-size dataset, chunks allocated up front so they lie in order in the file."""
     if shape[0] == 0:
         return handle.create_dataset(name, shape=shape, dtype=dtype, track_times=False)
-    pieces = -(-shape[0] // chunks[0])
-    chunks = (-(-shape[0] // pieces), *chunks[1:])     # equal chunks: the last one wastes (almost) nothing
+    chunks = (_chunking(shape[0], chunks[0])[0], *chunks[1:])
     dcpl_kwargs = _filter_args(schema)
     if not dcpl_kwargs:
         # Early allocation keeps uncompressed chunks contiguous, which lets readers mmap them.
@@ -231,14 +252,18 @@ class HDF5Reader(ShardReader):
     allocating what they claim (see _check_dataset).
     """
 
-    def __init__(self, path: str, schema: SampleSchema, readahead: bool = True) -> None:
+    def __init__(self, path: str, schema: SampleSchema, readahead: bool = True, located: bool = True) -> None:
         self._path = path
         self._schema = schema
         self._readahead = readahead
         self._flat: Optional[np.ndarray] = None
         self._mmap: Optional[mmap.mmap] = None
+        self._file: Any = None
         self._data: Any = None          # the h5py dataset of the payloads (None once mapped and closed)
         self._key_datasets: Tuple[Any, ...] = ()
+        self._keys: Optional[KeyTable] = None
+        if located and self._open_located():
+            return
         disable_filter_plugins()
         try:
             # locking=False: shards are immutable once renamed into place, and NFS/Lustre mounts
@@ -270,6 +295,78 @@ class HDF5Reader(ShardReader):
     def _corrupt(self, problem: str) -> CorruptShardError:
         return CorruptShardError(f"corrupt HDF5 shard: {problem}", path=self._path)
 
+    def _open_located(self) -> bool:
+        """Open through the locator in the userblock (format version 3): one pread, one mmap,
+        no HDF5. False when the shard has none, keeps its data compressed, or was changed after
+        it was written (then h5py opens it with every structure check)."""
+        try:
+            handle = open(self._path, "rb")
+        except OSError:
+            return False            # h5py reports it
+        with handle:
+            raw = read_head(handle.fileno(), self._path)
+            if raw is None:
+                return False
+            size = os.fstat(handle.fileno()).st_size
+            locator = parse(raw, self._path, size)
+            if not locator.mapped:
+                return False
+            self._map(handle.fileno())
+        assert self._flat is not None
+        try:
+            if not describes(locator, self._flat, size):
+                self.close()
+                return False
+            self._use_locator(locator)
+        except BaseException:
+            self.close()
+            raise
+        return True
+
+    def _use_locator(self, locator: Locator) -> None:
+        """Tables as views of the map, checked as the h5py path checks them."""
+        flat = self._flat
+        assert flat is not None
+
+        def table(name: str, dtype: str) -> np.ndarray:
+            offset, size = locator.tables[name]
+            return flat[offset:offset + size].view(dtype)
+
+        if self._schema.is_array and locator.row_bytes != self._schema.sample_nbytes:
+            raise self._corrupt(f"rows of {locator.row_bytes} bytes, the schema's arrays have "
+                                f"{self._schema.sample_nbytes}")
+        if not self._schema.is_array and locator.row_bytes != 1:
+            raise self._corrupt(f"rows of {locator.row_bytes} bytes in the bytes layout")
+        self._count = locator.count
+        self.dataset_id = locator.dataset_id
+        self._labels = table("labels", "<i8")
+        self._crcs = table("crc32", "<u4")
+        self._offsets = None if self._schema.is_array else table("offsets", "<i8")
+        self._data_bytes = locator.data_bytes
+        self._check_structure()
+        key_data, key_blocks = table("keys", "u1"), table("key_blocks", "<i8")
+        self._keys = KeyTable(self._path, self._count, lambda: key_blocks,
+                              lambda begin, end: key_data[begin:end].tobytes())
+        self._use_chunks(locator.chunks, max(1, locator.chunk_bytes), locator.row_bytes,
+                         np.dtype(self._schema.dtype) if self._schema.is_array else np.dtype(np.uint8))
+
+    def _map(self, fileno: int) -> None:
+        self._mmap = mmap.mmap(fileno, 0, access=mmap.ACCESS_READ)
+        if not self._readahead and hasattr(mmap, "MADV_RANDOM"):
+            # A dataset much larger than RAM: fault in only the pages a sample needs.
+            self._mmap.madvise(mmap.MADV_RANDOM)
+        self._flat = np.frombuffer(self._mmap, dtype=np.uint8)
+
+    def _use_chunks(self, where: np.ndarray, chunk_bytes: int, row_bytes: int, dtype: np.dtype) -> None:
+        """Serve reads from the map, chunk k of /data lying at file offset where[k]."""
+        count = len(where)
+        self._chunk_bytes = chunk_bytes
+        self._row_bytes = row_bytes
+        self._dtype = dtype
+        # File position of logical byte x of chunk k is shift[k] + x; chunks of one run share a run id.
+        self._shift = (where - np.arange(count, dtype=np.int64) * chunk_bytes).tolist() or [0]
+        self._run = np.concatenate([[0], np.cumsum(np.diff(where) != chunk_bytes)]).tolist()
+
     def _load_tables(self) -> None:
         """Check the attributes and every dataset's metadata, then read the small tables."""
         version = self._file.attrs.get("format_version", FORMAT.version)
@@ -294,7 +391,6 @@ class HDF5Reader(ShardReader):
             offsets = self._check_dataset("offsets", "iu", 1, file_size, rows=self._count + 1)
         self._labels = np.asarray(labels[()], dtype=np.int64)
         self._crcs = np.asarray(crcs[()], dtype=np.uint32)
-        self._keys: Optional[KeyTable] = None
         if int(version) >= 2:
             self.dataset_id = self._file.attrs.get("dataset_id")
             if isinstance(self.dataset_id, bytes):
@@ -307,6 +403,7 @@ class HDF5Reader(ShardReader):
             self._keys = KeyTable(self._path, self._count, lambda: key_blocks[()],
                                   lambda begin, end: key_data[begin:end].tobytes())
         self._offsets = None if offsets is None else np.asarray(offsets[()], dtype=np.int64)
+        self._data_bytes = int(self._data.shape[0])
         self._check_structure()
 
     def _check_dataset(self, name: str, kinds: str, ndim: int, file_size: int,
@@ -339,8 +436,8 @@ class HDF5Reader(ShardReader):
         offsets = self._offsets
         if offsets[0] != 0 or np.any(np.diff(offsets) < 0):
             raise self._corrupt("offsets are negative, decreasing or overlapping")
-        if offsets[-1] != self._data.shape[0]:
-            raise self._corrupt(f"offsets end at {offsets[-1]}, the data holds {self._data.shape[0]} bytes")
+        if offsets[-1] != self._data_bytes:
+            raise self._corrupt(f"offsets end at {offsets[-1]}, the data holds {self._data_bytes} bytes")
 
     def _map_chunks(self) -> None:
         """mmap uncompressed data and note where each chunk lies in the file.
@@ -372,17 +469,8 @@ class HDF5Reader(ShardReader):
         if where.min() < 0 or int(where.max()) + chunk_bytes > os.path.getsize(self._path):
             return
         with open(self._path, "rb") as handle:
-            self._mmap = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        if not self._readahead and hasattr(mmap, "MADV_RANDOM"):
-            # A dataset much larger than RAM: fault in only the pages a sample needs.
-            self._mmap.madvise(mmap.MADV_RANDOM)
-        self._flat = np.frombuffer(self._mmap, dtype=np.uint8)
-        self._chunk_bytes = chunk_bytes
-        self._row_bytes = row_bytes
-        self._dtype = dset.dtype
-        # File position of logical byte x of chunk k is shift[k] + x; chunks of one run share a run id.
-        self._shift = (where - np.arange(count, dtype=np.int64) * chunk_bytes).tolist()
-        self._run = np.concatenate([[0], np.cumsum(np.diff(where) != chunk_bytes)]).tolist()
+            self._map(handle.fileno())
+        self._use_chunks(where, chunk_bytes, row_bytes, dset.dtype)
 
     def _map_keys(self) -> bool:
         """Point the key table at the map (so h5py may close); False when a key dataset is not
@@ -473,12 +561,11 @@ class HDF5Reader(ShardReader):
     def close(self) -> None:
         self._flat = None
         self._keys = None           # its views of the map would keep the map open
-        if self._mmap is not None:
-            try:
-                self._mmap.close()
-            except BufferError:
-                pass  # a returned view still uses it; it closes when that view is freed
-            self._mmap = None
+        if self._file is None and self._mmap is not None:   # tables are views of the map too
+            self._labels, self._crcs = np.zeros(0, np.int64), np.zeros(0, np.uint32)
+            self._offsets = None if getattr(self, "_offsets", None) is None else np.zeros(1, np.int64)
+        close_map(self._mmap)
+        self._mmap = None
         if getattr(self, "_file", None) is not None:
             self._file.close()
             self._file = None
@@ -493,7 +580,7 @@ class HDF5Format(ShardFormat):
 
     reader_options = ReadaheadOptions
     name = "hdf5"
-    version = 2
+    version = 3
     keys_since = 2
     extension = ".h5"
     fixed_bytes = 16 << 10      # superblock, object headers, attributes, small tables (measured ~12 KiB)
@@ -519,6 +606,41 @@ class HDF5Format(ShardFormat):
 
     def open_reader(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardReader:
         return HDF5Reader(path, schema, readahead=bool(options.get("readahead", True)))
+
+    def peek(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Tuple[int, Optional[str]]:
+        """From the locator (one pread, checked) when the shard has one, else by opening it."""
+        with open(path, "rb") as handle:
+            raw = read_head(handle.fileno(), path)
+            if raw is not None:
+                locator = parse(raw, path, os.fstat(handle.fileno()).st_size)
+                return locator.count, locator.dataset_id
+        return super().peek(path, schema, options)
+
+    def cross_check(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Optional[str]:
+        """Open the shard through h5py with every structure check, and compare its locator (when it
+        has one that describes the file) with the one HDF5's view of the file gives."""
+        HDF5Reader(path, schema, located=False).close()
+        with open(path, "rb") as handle:
+            raw = read_head(handle.fileno(), path)
+            size = os.fstat(handle.fileno()).st_size
+            data = handle.read() if raw is not None else b""
+        if raw is None:
+            return None
+        recorded = parse(raw, path, size)
+        if not describes(recorded, memoryview(data), size):
+            return None         # changed after it was written: readers ignore it and use h5py
+        with h5py.File(path, "r", locking=False) as shard:
+            try:
+                actual = locate(shard, recorded.mapped, _attr_text(shard.attrs.get("dataset_id")),
+                                recorded.userblock)
+            except (ValueError, KeyError, TypeError) as exc:
+                return f"locator describes data HDF5 does not hold ({_short(exc)})"
+        problem = disagreement(recorded, actual)
+        return None if problem is None else f"locator disagrees with the HDF5 structure: {problem}"
+
+
+def _attr_text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 FORMAT = HDF5Format()

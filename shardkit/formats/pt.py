@@ -13,10 +13,11 @@ file's mapping, so a random read touches only its own pages and memory stays fla
 """
 from __future__ import annotations
 
+import mmap
 import os
 import zipfile
 from array import array
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -27,6 +28,8 @@ from ..schema import SampleSchema
 from .base import FormatOptions, ShardFormat, ShardReader, ShardWriter
 from .keys import KeyPacker, KeyTable
 from .packing import check_per_sample_compression, compress, payload_bytes, raw_rows, restore
+from .locating import close_map
+from .pt_locator import TENSORS, describes, read_locator, seal
 
 _TENSORS = {"data": torch.uint8, "offsets": torch.int64, "raw_lengths": torch.int64,
             "labels": torch.int64, "crc32": torch.int64}
@@ -103,6 +106,9 @@ class PTWriter(ShardWriter):
         # so the bytes do not depend on the (temporary) file name.
         with open(self._path, "wb") as handle:
             torch.save(shard, handle)
+        fields = {name: value for name, value in shard.items() if not isinstance(value, torch.Tensor)}
+        seal(self._path, fields, {name: value.numel() * value.element_size() for name, value in shard.items()
+                                  if isinstance(value, torch.Tensor)})
         del shard
         self._data = None
 
@@ -128,16 +134,24 @@ def check_zip_index(path: str) -> None:
 class PTReader(ShardReader):
     """Random access into the mmap'd tensors; uncompressed payloads are zero-copy read-only views."""
 
-    def __init__(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> None:
+    def __init__(self, path: str, schema: SampleSchema, options: Dict[str, Any], located: bool = True) -> None:
         self._path = path
         self._schema = schema
-        try:
-            check_zip_index(path)
-            shard = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - torch raises many types for a damaged archive
-            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise CorruptShardError(f"not a readable .pt shard ({text[:200]})", path=path) from None
-        arrays = self._check_structure(shard)
+        self._map: Optional[mmap.mmap] = None
+        located_arrays = self._open_located() if located else None
+        if located_arrays is not None:
+            fields, arrays = located_arrays
+            self._check_fields(fields)
+        else:
+            try:
+                check_zip_index(path)
+                shard = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+            except Exception as exc:  # noqa: BLE001 - torch raises many types for a damaged archive
+                text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise CorruptShardError(f"not a readable .pt shard ({text[:200]})", path=path) from None
+            self._check_fields(shard)
+            fields, arrays = shard, self._tensors(shard)
+        self._check_tables(fields["num_samples"], arrays)
         self._data = arrays["data"]
         self._offsets = arrays["offsets"]
         self._raw_lengths = arrays["raw_lengths"]
@@ -146,7 +160,7 @@ class PTReader(ShardReader):
         self._count = len(self._labels)
         self._keys: Optional[KeyTable] = None
         if "keys" in arrays:
-            self.dataset_id = shard["dataset_id"]
+            self.dataset_id = fields["dataset_id"]
             key_data = arrays["keys"]
             self._keys = KeyTable(path, self._count, lambda: arrays["key_blocks"],
                                   lambda begin, end: key_data[begin:end].tobytes())
@@ -157,7 +171,51 @@ class PTReader(ShardReader):
     def _corrupt(self, problem: str) -> CorruptShardError:
         return CorruptShardError(f"corrupt .pt shard: {problem}", path=self._path)
 
-    def _check_structure(self, shard: Any) -> Dict[str, np.ndarray]:
+    def _open_located(self) -> Optional[Tuple[Dict[str, Any], Dict[str, np.ndarray]]]:
+        """(plain fields, tensors as read-only views of one map) through the locator in the archive's
+        comment (format version 3): no unpickling. None when the shard has none or was changed
+        after it was written (then torch.load opens it)."""
+        try:
+            handle = open(self._path, "rb")
+        except OSError:
+            return None             # torch.load reports it
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            found = read_locator(handle.fileno(), self._path, size)
+            if found is None:
+                return None
+            locator, comment = found
+            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        flat = np.frombuffer(self._map, dtype=np.uint8)
+        if not describes(locator, flat, comment):
+            del flat
+            self._map.close()
+            self._map = None
+            return None
+        arrays = {}
+        for name, itemsize in TENSORS:
+            offset, nbytes = locator.tables[name]
+            arrays[name] = flat[offset:offset + nbytes].view("<u1" if itemsize == 1 else "<i8")
+        return locator.fields, arrays
+
+    def _tensors(self, shard: Dict[str, Any]) -> Dict[str, np.ndarray]:
+        """The shard's tensors as read-only arrays, once each has the expected dtype and shape."""
+        tensors = dict(_TENSORS)
+        if shard.get("format_version", 0) >= 2:
+            tensors.update(_KEY_TENSORS)
+        arrays: Dict[str, np.ndarray] = {}
+        for name, dtype in tensors.items():
+            tensor = shard.get(name)
+            if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype or tensor.dim() != 1 \
+                    or not tensor.is_contiguous() or tensor.device.type != "cpu":
+                raise self._corrupt(f"{name} is not a 1-D {dtype} tensor")
+            array_ = tensor.numpy()
+            array_.flags.writeable = False
+            arrays[name] = array_
+        return arrays
+
+    def _check_fields(self, shard: Any) -> None:
+        """The plain fields (format, version, count, identity) against the schema."""
         schema = self._schema
         if not isinstance(shard, dict):
             raise self._corrupt(f"holds a {type(shard).__name__}, not a dict")
@@ -172,20 +230,12 @@ class PTReader(ShardReader):
             raise self._corrupt(f"format version {version!r}; this shardkit reads up to {FORMAT.version}")
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise self._corrupt(f"num_samples is {count!r}")
-        arrays: Dict[str, np.ndarray] = {}
-        tensors = dict(_TENSORS)
-        if version >= 2:
-            if not isinstance(shard.get("dataset_id"), str):
-                raise self._corrupt("no dataset_id string")
-            tensors.update(_KEY_TENSORS)
-        for name, dtype in tensors.items():
-            tensor = shard.get(name)
-            if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype or tensor.dim() != 1 \
-                    or not tensor.is_contiguous() or tensor.device.type != "cpu":
-                raise self._corrupt(f"{name} is not a 1-D {dtype} tensor")
-            array_ = tensor.numpy()
-            array_.flags.writeable = False
-            arrays[name] = array_
+        if version >= 2 and not isinstance(shard.get("dataset_id"), str):
+            raise self._corrupt("no dataset_id string")
+
+    def _check_tables(self, count: int, arrays: Dict[str, np.ndarray]) -> None:
+        """The tables against each other and the count, before any of them is used to read."""
+        schema = self._schema
         offsets, raw = arrays["offsets"], arrays["raw_lengths"]
         problem = None
         if len(offsets) != count + 1 or len(raw) != count or len(arrays["labels"]) != count \
@@ -201,7 +251,6 @@ class PTReader(ShardReader):
             problem = "stored and raw lengths differ in an uncompressed shard"
         if problem:
             raise self._corrupt(problem)
-        return arrays
 
     def __len__(self) -> int:
         return self._count
@@ -241,13 +290,15 @@ class PTReader(ShardReader):
         # Dropping the tensors unmaps the file once no returned view still uses it.
         self._data = self._offsets = self._raw_lengths = self._labels = self._crcs = np.zeros(0)
         self._count = 0
+        close_map(self._map)
+        self._map = None
 
 
 class PTFormat(ShardFormat):
     """One .pt file per shard, readable with torch alone."""
 
     name = "pt"
-    version = 2
+    version = 3
     keys_since = 2
     extension = ".pt"
     # no reader_options: torch.load(mmap=True) has no readahead switch
@@ -266,6 +317,33 @@ class PTFormat(ShardFormat):
 
     def open_reader(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardReader:
         return PTReader(path, schema, options)
+
+    def peek(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Tuple[int, Optional[str]]:
+        """From the locator (one pread of the file's tail, checked) when the shard has one."""
+        with open(path, "rb") as handle:
+            found = read_locator(handle.fileno(), path, os.fstat(handle.fileno()).st_size)
+        if found is not None:
+            return found[0].count, found[0].dataset_id
+        return super().peek(path, schema, options)
+
+    def cross_check(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Optional[str]:
+        """Open the shard through torch.load with every check, and compare each tensor and field
+        with what the locator maps (when it has one that describes the file)."""
+        slow = PTReader(path, schema, options, located=False)
+        fast = PTReader(path, schema, options)
+        try:
+            if fast._map is None:
+                return None
+            for name in ("_data", "_offsets", "_raw_lengths", "_labels", "_crcs"):
+                if not np.array_equal(getattr(fast, name), getattr(slow, name)):
+                    return f"locator disagrees with the archive: {name.lstrip('_')} differs from torch.load's"
+            if (len(fast), fast.dataset_id) != (len(slow), slow.dataset_id) or \
+                    [fast.key(i) for i in range(len(fast))] != [slow.key(i) for i in range(len(slow))]:
+                return "locator disagrees with the archive: count, dataset_id or keys differ from torch.load's"
+            return None
+        finally:
+            fast.close()
+            slow.close()
 
 
 FORMAT = PTFormat()

@@ -36,7 +36,7 @@ def test_contents_are_plain_tensors_as_documented(tmp_path: Path) -> None:
                            "num_samples", "data", "offsets", "raw_lengths", "labels", "crc32", "dataset_id", "keys",
                            "key_blocks"]
     assert (shard["shardkit_format"], shard["format_version"], shard["compression"], shard["num_samples"],
-            shard["dataset_id"]) == ("pt", 2, "gzip", 3, "feed")
+            shard["dataset_id"]) == ("pt", 3, "gzip", 3, "feed")
     block = zlib.decompress(shard["keys"].numpy().tobytes())
     assert shard["key_blocks"].tolist() == [0, len(shard["keys"])]
     assert np.frombuffer(block[:16], "<u4").tolist() == [3, 1, 6, 1] and block[16:] == "xdir/éz".encode()
@@ -124,7 +124,7 @@ def _with(**changes) -> dict:
     (_with(data=torch.zeros(3, 4, dtype=torch.uint8)), "data is not a 1-D"),
     (_with(raw_lengths=torch.tensor([5, 8])), "stored and raw lengths differ"),
     (_with(layout="array"), "layout is 'array'"),
-    (_with(format_version=3), "format version 3"),
+    (_with(format_version=4), "format version 4"),
     (_with(format_version=2), "no dataset_id"),
     (_with(format_version=2, dataset_id="d", keys=torch.zeros(0, dtype=torch.uint8)), "key_blocks is not"),
     (_with(num_samples="2"), "num_samples"),

@@ -1,0 +1,157 @@
+""".pt format version 3: readers map a shard's tensors through the locator in the archive's comment,
+with the same results as torch.load, and refuse a locator that is damaged or points outside the archive."""
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+import shardkit
+from shardkit.errors import CorruptShardError
+from shardkit.formats import get_format
+from shardkit.formats.locating import gaps_crc32
+from shardkit.formats.pt import PTReader
+from shardkit.formats.pt_locator import PTLocator, read_locator
+from tests.faults.crafting import reseal
+from tests.formats.shard_helpers import payload_bytes
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+V3 = sorted(path for path in GOLDEN.glob("pt-v3*") if (path / "manifest.json").is_file())
+
+
+@pytest.mark.parametrize("golden", V3, ids=[path.name for path in V3])
+def test_located_reads_equal_torch_load_reads_for_every_layout(golden: Path) -> None:
+    ds = shardkit.open_dataset(golden, decode=None)
+    schema = ds.manifest.schema
+    for entry in ds.manifest.shards:
+        path = str(golden / entry.path)
+        fast, slow = PTReader(path, schema, {}), PTReader(path, schema, {}, located=False)
+        assert fast._map is not None                   # opened without unpickling
+        assert (len(fast), fast.dataset_id, fast.labels().tolist()) == \
+            (len(slow), slow.dataset_id, slow.labels().tolist())
+        for index in range(len(slow)):
+            one, other = fast.read(index), slow.read(index)
+            assert payload_bytes(one.payload) == payload_bytes(other.payload)
+            assert (one.label, one.crc32, fast.key(index)) == (other.label, other.crc32, slow.key(index))
+        fast.close()
+        slow.close()
+    ds.close()
+
+
+def locator_of(path: Path) -> "tuple[PTLocator, int]":
+    with open(path, "rb") as handle:
+        found = read_locator(handle.fileno(), str(path), path.stat().st_size)
+    assert found is not None
+    return found
+
+
+def rewrite_locator(path: Path, edit: Callable[[PTLocator], None], meta_flip: int = 0) -> None:
+    """Change the locator as a crafted file would: its CRC32s and the archive's comment length made
+    right (meta_flip: then made wrong again, as a stale locator's would be)."""
+    locator, comment = locator_of(path)
+    archive = bytearray(path.read_bytes()[:-comment])
+    edit(locator)
+    size = len(locator.encode())
+    struct.pack_into("<H", archive, len(archive) - 2, size)
+    locator.file_size = len(archive) + size
+    locator.meta_crc32 = gaps_crc32(archive, locator.tables.values(), 0, len(archive)) ^ meta_flip
+    path.write_bytes(bytes(archive) + locator.encode())
+
+
+def golden_copy(tmp_path: Path) -> Path:
+    dst = tmp_path / "pt-v3"
+    shutil.copytree(GOLDEN / "pt-v3", dst)
+    return dst
+
+
+def past_end(locator: PTLocator) -> None:
+    locator.tables["labels"] = (locator.file_size - 8, locator.tables["labels"][1])
+
+
+def overlap(locator: PTLocator) -> None:
+    locator.tables["crc32"] = (locator.tables["labels"][0], locator.tables["crc32"][1])
+
+
+def count_off(locator: PTLocator) -> None:
+    locator.fields["num_samples"] += 1
+
+
+def bad_count(locator: PTLocator) -> None:
+    locator.fields["num_samples"] = "5"
+
+
+CRAFTED = {"past_end": (past_end, "past the end"), "overlap": (overlap, "overlap"),
+           "count": (count_off, "bytes for"), "count_type": (bad_count, "num_samples")}
+
+
+@pytest.mark.parametrize("case", sorted(CRAFTED))
+def test_a_crafted_locator_is_refused_naming_the_shard(tmp_path: Path, case: str) -> None:
+    edit, message = CRAFTED[case]
+    dst = golden_copy(tmp_path)
+    rewrite_locator(dst / "shards" / "shard-00000.pt", edit)
+    reseal(dst)
+    ds = shardkit.open_dataset(dst, decode=None)
+    with pytest.raises(CorruptShardError, match=message) as caught:
+        ds[0]
+    assert "shard-00000.pt: corrupt .pt shard: locator" in str(caught.value)
+
+
+@pytest.mark.parametrize("back", [1, 9, 20, 30])
+def test_a_flipped_locator_byte_is_refused(tmp_path: Path, back: int) -> None:
+    shard = golden_copy(tmp_path) / "shards" / "shard-00000.pt"
+    data = bytearray(shard.read_bytes())
+    data[-back - 8] ^= 0x10         # inside the trailer or the JSON before it (the magic is the last 8 bytes)
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CorruptShardError, match=r"shard-00000.pt: corrupt .pt shard: locator"):
+        PTReader(str(shard), shardkit.open_dataset(GOLDEN / "pt-v3").manifest.schema, {})
+
+
+def test_an_archive_rewritten_by_torch_reads_through_torch_load(tmp_path: Path) -> None:
+    """torch.save over the shard keeps no locator: the shard reads through torch.load, as version 2."""
+    dst = golden_copy(tmp_path)
+    shard = dst / "shards" / "shard-00000.pt"
+    content = torch.load(shard, weights_only=True)
+    content["labels"] = 1 - content["labels"]
+    with open(shard, "wb") as handle:
+        torch.save(content, handle)
+    reseal(dst)
+    ds = shardkit.open_dataset(dst, decode=None)
+    assert [ds[i][1] for i in range(3)] == content["labels"][:3].tolist()
+    assert ds.reader(0)._map is None
+
+
+def test_a_locator_of_other_archive_bytes_is_not_used(tmp_path: Path) -> None:
+    """Bytes outside the tables (zip headers, the pickle) differ from those the locator was written
+    for: the shard opens through torch.load, which sees what the archive holds."""
+    dst = golden_copy(tmp_path)
+    shard = dst / "shards" / "shard-00000.pt"
+    rewrite_locator(shard, lambda locator: None, meta_flip=1)
+    reseal(dst)
+    ds = shardkit.open_dataset(dst, decode=None)
+    assert ds.reader(0)._map is None and len(ds.reader(0)) == ds.manifest.shards[0].num_samples
+
+
+def test_verify_deep_reports_a_locator_that_disagrees_with_the_archive(tmp_path: Path) -> None:
+    dst = golden_copy(tmp_path)
+    shard = dst / "shards" / "shard-00000.pt"
+
+    def swap(locator: PTLocator) -> None:          # same sizes, so every range check passes
+        locator.tables["labels"], locator.tables["crc32"] = locator.tables["crc32"], locator.tables["labels"]
+    rewrite_locator(shard, swap)
+    reseal(dst)
+    report = shardkit.verify(str(dst), mode="deep")
+    assert any("locator disagrees with the archive" in problem.message for problem in report.problems)
+
+
+@pytest.mark.parametrize("golden", ["pt-v3", "pt-v3-raw-gzip", "pt-v2", "pt-v1"])
+def test_peek_gives_the_count_and_identity_a_reader_gives(golden: str) -> None:
+    ds = shardkit.open_dataset(GOLDEN / golden, decode=None)
+    fmt = get_format("pt")
+    for number, entry in enumerate(ds.manifest.shards):
+        reader = ds.reader(number)
+        assert fmt.peek(str(GOLDEN / golden / entry.path), ds.manifest.schema, {}) == (len(reader), reader.dataset_id)
+    ds.close()
