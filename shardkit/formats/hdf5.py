@@ -608,12 +608,18 @@ class HDF5Format(ShardFormat):
         return HDF5Reader(path, schema, readahead=bool(options.get("readahead", True)))
 
     def peek(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Tuple[int, Optional[str]]:
-        """From the locator (one pread, checked) when the shard has one, else by opening it."""
+        """From the locator (one pread, checked) when the shard has one that still describes the
+        file (its metadata CRC32, as a reader checks it); else by opening it with every structure
+        check, so a shard edited with HDF5 tools after it was written is looked at in full."""
         with open(path, "rb") as handle:
             raw = read_head(handle.fileno(), path)
             if raw is not None:
-                locator = parse(raw, path, os.fstat(handle.fileno()).st_size)
-                return locator.count, locator.dataset_id
+                size = os.fstat(handle.fileno()).st_size
+                locator = parse(raw, path, size)
+                if locator.mapped:
+                    with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+                        if describes(locator, view, size):
+                            return locator.count, locator.dataset_id
         return super().peek(path, schema, options)
 
     def cross_check(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Optional[str]:

@@ -319,11 +319,14 @@ class PTFormat(ShardFormat):
         return PTReader(path, schema, options)
 
     def peek(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Tuple[int, Optional[str]]:
-        """From the locator (one pread of the file's tail, checked) when the shard has one."""
+        """From the locator (one pread of the file's tail, checked) when the shard has one that
+        still describes the archive (as a reader checks it); else by opening it with torch.load."""
         with open(path, "rb") as handle:
             found = read_locator(handle.fileno(), path, os.fstat(handle.fileno()).st_size)
-        if found is not None:
-            return found[0].count, found[0].dataset_id
+            if found is not None:
+                with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+                    if describes(found[0], view, found[1]):
+                        return found[0].count, found[0].dataset_id
         return super().peek(path, schema, options)
 
     def cross_check(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Optional[str]:

@@ -13,6 +13,7 @@ import pytest
 import shardkit
 from shardkit import verification
 from shardkit.formats import get_format
+from shardkit.formats.base import ShardFormat
 from shardkit.schema import SampleSchema
 
 
@@ -45,7 +46,7 @@ def test_quick_checks_what_peek_reports_without_opening_a_reader(writable_datase
     assert [(problem.kind, problem.shard) for problem in report.problems] == \
         [("count", f"shards/{names[1]}"), ("identity", f"shards/{names[2]}")]
     assert "holds 17 samples, manifest says 16" in report.problems[0].message
-    monkeypatch.setattr(cls, "peek", real_peek)
+    monkeypatch.setattr(cls, "peek", ShardFormat.peek)
     monkeypatch.setattr(cls, "open_reader", no_reader)
     with pytest.raises(AssertionError, match="opened a reader"):
         shardkit.verify(str(writable_dataset), mode="quick", workers=1)   # the default peek opens one
