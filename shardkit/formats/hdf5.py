@@ -304,19 +304,12 @@ class HDF5Reader(ShardReader):
         except OSError:
             return False            # h5py reports it
         with handle:
-            raw = read_head(handle.fileno(), self._path)
-            if raw is None:
-                return False
-            size = os.fstat(handle.fileno()).st_size
-            locator = parse(raw, self._path, size)
-            if not locator.mapped:
-                return False
-            self._map(handle.fileno())
-        assert self._flat is not None
+            found = _located(handle.fileno(), self._path)
+        if found is None:
+            return False
+        locator, view = found
+        self._use_map(view)
         try:
-            if not describes(locator, self._flat, size):
-                self.close()
-                return False
             self._use_locator(locator)
         except BaseException:
             self.close()
@@ -351,7 +344,10 @@ class HDF5Reader(ShardReader):
                          np.dtype(self._schema.dtype) if self._schema.is_array else np.dtype(np.uint8))
 
     def _map(self, fileno: int) -> None:
-        self._mmap = mmap.mmap(fileno, 0, access=mmap.ACCESS_READ)
+        self._use_map(mmap.mmap(fileno, 0, access=mmap.ACCESS_READ))
+
+    def _use_map(self, view: mmap.mmap) -> None:
+        self._mmap = view
         if not self._readahead and hasattr(mmap, "MADV_RANDOM"):
             # A dataset much larger than RAM: fault in only the pages a sample needs.
             self._mmap.madvise(mmap.MADV_RANDOM)
@@ -612,15 +608,12 @@ class HDF5Format(ShardFormat):
         file (its metadata CRC32, as a reader checks it); else by opening it with every structure
         check, so a shard edited with HDF5 tools after it was written is looked at in full."""
         with open(path, "rb") as handle:
-            raw = read_head(handle.fileno(), path)
-            if raw is not None:
-                size = os.fstat(handle.fileno()).st_size
-                locator = parse(raw, path, size)
-                if locator.mapped:
-                    with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                        if describes(locator, view, size):
-                            return locator.count, locator.dataset_id
-        return super().peek(path, schema, options)
+            found = _located(handle.fileno(), path)
+        if found is None:
+            return super().peek(path, schema, options)
+        locator, view = found
+        view.close()
+        return locator.count, locator.dataset_id
 
     def cross_check(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Optional[str]:
         """Open the shard through h5py with every structure check, and compare its locator (when it
@@ -643,6 +636,27 @@ class HDF5Format(ShardFormat):
                 return f"locator describes data HDF5 does not hold ({_short(exc)})"
         problem = disagreement(recorded, actual)
         return None if problem is None else f"locator disagrees with the HDF5 structure: {problem}"
+
+
+def _located(fd: int, path: str) -> Optional[Tuple[Locator, mmap.mmap]]:
+    """A version-3 shard's locator and a read-only map of the file, when the locator maps the
+    data and still describes the file (what a reader and peek may trust); None otherwise, and
+    h5py reads the shard. CorruptShardError when the locator itself is damaged."""
+    raw = read_head(fd, path)
+    if raw is None:
+        return None
+    size = os.fstat(fd).st_size
+    locator = parse(raw, path, size)
+    if not locator.mapped:
+        return None
+    view = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    flat = np.frombuffer(view, dtype=np.uint8)
+    matches = describes(locator, flat, size)
+    del flat                    # no export of the map may outlive the check
+    if matches:
+        return locator, view
+    view.close()
+    return None
 
 
 def _attr_text(value: Any) -> str:

@@ -29,7 +29,7 @@ from .base import FormatOptions, ShardFormat, ShardReader, ShardWriter
 from .keys import KeyPacker, KeyTable
 from .packing import check_per_sample_compression, compress, payload_bytes, raw_rows, restore
 from .locating import close_map
-from .pt_locator import TENSORS, describes, read_locator, seal
+from .pt_locator import TENSORS, PTLocator, describes, read_locator, seal
 
 _TENSORS = {"data": torch.uint8, "offsets": torch.int64, "raw_lengths": torch.int64,
             "labels": torch.int64, "crc32": torch.int64}
@@ -180,18 +180,11 @@ class PTReader(ShardReader):
         except OSError:
             return None             # torch.load reports it
         with handle:
-            size = os.fstat(handle.fileno()).st_size
-            found = read_locator(handle.fileno(), self._path, size)
-            if found is None:
-                return None
-            locator, comment = found
-            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        flat = np.frombuffer(self._map, dtype=np.uint8)
-        if not describes(locator, flat, comment):
-            del flat
-            self._map.close()
-            self._map = None
+            found = _located(handle.fileno(), self._path)
+        if found is None:
             return None
+        locator, self._map = found
+        flat = np.frombuffer(self._map, dtype=np.uint8)
         arrays = {}
         for name, itemsize in TENSORS:
             offset, nbytes = locator.tables[name]
@@ -322,12 +315,12 @@ class PTFormat(ShardFormat):
         """From the locator (one pread of the file's tail, checked) when the shard has one that
         still describes the archive (as a reader checks it); else by opening it with torch.load."""
         with open(path, "rb") as handle:
-            found = read_locator(handle.fileno(), path, os.fstat(handle.fileno()).st_size)
-            if found is not None:
-                with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                    if describes(found[0], view, found[1]):
-                        return found[0].count, found[0].dataset_id
-        return super().peek(path, schema, options)
+            found = _located(handle.fileno(), path)
+        if found is None:
+            return super().peek(path, schema, options)
+        locator, view = found
+        view.close()
+        return locator.count, locator.dataset_id
 
     def cross_check(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Optional[str]:
         """Open the shard through torch.load with every check, and compare each tensor and field
@@ -347,6 +340,24 @@ class PTFormat(ShardFormat):
         finally:
             fast.close()
             slow.close()
+
+
+def _located(fd: int, path: str) -> Optional[Tuple[PTLocator, mmap.mmap]]:
+    """A version-3 shard's locator and a read-only map of the file, when the locator still
+    describes the archive (what a reader and peek may trust); None otherwise, and torch.load
+    reads the shard. CorruptShardError when the locator itself is damaged."""
+    found = read_locator(fd, path, os.fstat(fd).st_size)
+    if found is None:
+        return None
+    locator, comment = found
+    view = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    flat = np.frombuffer(view, dtype=np.uint8)
+    matches = describes(locator, flat, comment)
+    del flat                    # no export of the map may outlive the check
+    if matches:
+        return locator, view
+    view.close()
+    return None
 
 
 FORMAT = PTFormat()
