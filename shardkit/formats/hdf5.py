@@ -26,7 +26,7 @@ from ..schema import COMPRESSIONS, SampleSchema
 from .base import FormatOptions, ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
 from .hdf5_locator import Locator, describes, disagreement, locate, parse, read_head, seal, userblock_size
 from .keys import KeyPacker, KeyTable
-from .locating import close_map
+from .locating import close_map, map_if
 
 #: Chunk of the packed byte stream; a random read decompresses at most two of them.
 BYTES_CHUNK = {"none": 1 << 20, "gzip": 1 << 17, "lzf": 1 << 17}
@@ -649,14 +649,8 @@ def _located(fd: int, path: str) -> Optional[Tuple[Locator, mmap.mmap]]:
     locator = parse(raw, path, size)
     if not locator.mapped:
         return None
-    view = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    flat = np.frombuffer(view, dtype=np.uint8)
-    matches = describes(locator, flat, size)
-    del flat                    # no export of the map may outlive the check
-    if matches:
-        return locator, view
-    view.close()
-    return None
+    view = map_if(fd, lambda flat: describes(locator, flat, size))
+    return None if view is None else (locator, view)
 
 
 def _attr_text(value: Any) -> str:

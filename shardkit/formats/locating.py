@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import mmap
 import zlib
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Tuple
+
+import numpy as np
 
 Range = Tuple[int, int]
 
@@ -50,3 +52,16 @@ def close_map(mapping: Optional[mmap.mmap]) -> None:
             mapping.close()
         except BufferError:
             pass
+
+
+def map_if(fd: int, describes: Callable[[Any], bool]) -> Optional[mmap.mmap]:
+    """A read-only map of the open file when describes(its bytes as a uint8 array) holds (the
+    locator was written for this very file); None, with nothing left mapped, otherwise."""
+    view = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    flat = np.frombuffer(view, dtype=np.uint8)
+    matches = describes(flat)
+    del flat                    # no export of the map may outlive the check
+    if matches:
+        return view
+    view.close()
+    return None

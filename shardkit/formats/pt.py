@@ -28,7 +28,7 @@ from ..schema import SampleSchema
 from .base import FormatOptions, ShardFormat, ShardReader, ShardWriter
 from .keys import KeyPacker, KeyTable
 from .packing import check_per_sample_compression, compress, payload_bytes, raw_rows, restore
-from .locating import close_map
+from .locating import close_map, map_if
 from .pt_locator import TENSORS, PTLocator, describes, read_locator, seal
 
 _TENSORS = {"data": torch.uint8, "offsets": torch.int64, "raw_lengths": torch.int64,
@@ -350,14 +350,8 @@ def _located(fd: int, path: str) -> Optional[Tuple[PTLocator, mmap.mmap]]:
     if found is None:
         return None
     locator, comment = found
-    view = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    flat = np.frombuffer(view, dtype=np.uint8)
-    matches = describes(locator, flat, comment)
-    del flat                    # no export of the map may outlive the check
-    if matches:
-        return locator, view
-    view.close()
-    return None
+    view = map_if(fd, lambda flat: describes(locator, flat, comment))
+    return None if view is None else (locator, view)
 
 
 FORMAT = PTFormat()
