@@ -9,8 +9,8 @@ before the threat model (docs/reliability.md):
                                           DecompressionBombWarning filter
   codecs.decode.image_formats          -> the whole allow-list: the manifest's recorded formats unread
   codecs.decode.max_image_pixels       -> the default: the manifest's pixel limit unread
-  formats.hdf5.check_self_contained    -> nothing: no link, storage, filter or chunk-size checks
-  formats.hdf5.disable_filter_plugins  -> nothing: HDF5's plugin path left as it is
+  formats.hdf5_reader.check_self_contained    -> nothing: no link, storage, filter or chunk-size checks
+  formats.hdf5_reader.disable_filter_plugins  -> nothing: HDF5's plugin path left as it is
   formats.pt.check_zip_index           -> nothing: torch.load without reading the zip index first
   integrity.open_regular               -> os.open(path) and the size check: no real path inside DST,
                                           no O_NOFOLLOW|O_NONBLOCK, no regular-file or same-file check
@@ -62,7 +62,7 @@ import shardkit.codecs.decode
 import shardkit.codecs.image
 import shardkit.dataset
 import shardkit.formats.checked
-import shardkit.formats.hdf5
+import shardkit.formats.hdf5_reader
 import shardkit.formats.lmdb
 import shardkit.formats.pt
 import shardkit.integrity
@@ -110,8 +110,8 @@ SWITCHED: List[Tuple[Any, str, Callable[..., Any]]] = [
     (shardkit.codecs.image, "open_image", _open_any_format),
     (shardkit.codecs.decode, "image_formats", _every_allowed_format),
     (shardkit.codecs.decode, "max_image_pixels", _default_pixel_limit),
-    (shardkit.formats.hdf5, "check_self_contained", _skipped("check_self_contained")),
-    (shardkit.formats.hdf5, "disable_filter_plugins", _skipped("disable_filter_plugins")),
+    (shardkit.formats.hdf5_reader, "check_self_contained", _skipped("check_self_contained")),
+    (shardkit.formats.hdf5_reader, "disable_filter_plugins", _skipped("disable_filter_plugins")),
     (shardkit.formats.pt, "check_zip_index", _skipped("check_zip_index")),
     (shardkit.integrity, "open_regular", _open_sized),
 ]
@@ -378,7 +378,7 @@ def check_costs(dst: str, args: argparse.Namespace) -> Dict[str, float]:
     fmt = manifest.format_name
     if fmt == "hdf5":
         import h5py
-        from shardkit.formats.hdf5 import check_self_contained, disable_filter_plugins
+        from shardkit.formats.hdf5_safety import check_self_contained, disable_filter_plugins
         with h5py.File(path, "r", locking=False) as handle:
             costs["shard open"] += added_cost(lambda: (disable_filter_plugins(), check_self_contained(handle)),
                                               lambda: None, 50, reps)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import shardkit
-from shardkit.formats.hdf5 import ARRAY_CHUNK
+from shardkit.formats.hdf5_layout import ARRAY_CHUNK
 
 MIB = 1 << 20
 

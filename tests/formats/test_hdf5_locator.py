@@ -13,8 +13,8 @@ import pytest
 import shardkit
 from shardkit.errors import CorruptShardError
 from shardkit.formats import get_format
-from shardkit.formats import hdf5
-from shardkit.formats.hdf5 import HDF5Reader
+from shardkit.formats import hdf5_layout
+from shardkit.formats.hdf5_reader import HDF5Reader
 from shardkit.formats.hdf5_locator import Locator, meta_crc32, parse, read_head
 from shardkit.records import Encoded
 from shardkit.schema import SampleSchema
@@ -58,7 +58,7 @@ def test_located_reads_equal_h5py_reads_for_every_layout(golden: Path) -> None:
 
 def test_chunks_in_several_runs_read_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunk-index nodes between runs of chunks: samples straddling a gap are read from pieces."""
-    monkeypatch.setitem(hdf5.BYTES_CHUNK, "none", 64)
+    monkeypatch.setitem(hdf5_layout.BYTES_CHUNK, "none", 64)
     path = tmp_path / "many-chunks.h5"
     write_shard("hdf5", path, BYTES, sized_samples(300, 40), "id-1")
     with open(path, "rb") as handle:
@@ -164,7 +164,7 @@ def test_a_shard_changed_with_h5py_is_read_through_h5py(tmp_path: Path) -> None:
 
 def test_verify_deep_reports_a_locator_that_disagrees_with_hdf5(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) \
         -> None:
-    monkeypatch.setitem(hdf5.BYTES_CHUNK, "none", 64)
+    monkeypatch.setitem(hdf5_layout.BYTES_CHUNK, "none", 64)
     src = golden_copy(tmp_path)
     with shardkit.open_dataset(src, decode=None) as ds:
         reader = ds.reader(0)

@@ -10,7 +10,7 @@ import pytest
 
 import shardkit
 from shardkit.errors import CorruptShardError
-from shardkit.formats.hdf5 import MAX_CHUNK_BYTES
+from shardkit.formats.hdf5_layout import MAX_CHUNK_BYTES
 from tests.security.test_hdf5_self_contained import crafted
 
 

@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 
-from shardkit.formats import hdf5
+from shardkit.formats import hdf5, hdf5_layout
 from shardkit.records import Encoded
 from shardkit.schema import SampleSchema
 
@@ -26,7 +26,7 @@ def _write(path: Path, schema: SampleSchema, payloads: list) -> None:
 
 
 def test_bytes_layout_reads_every_sample_across_chunk_gaps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(hdf5.BYTES_CHUNK, "none", 4096)   # small chunks: > 64 of them, so index nodes interleave
+    monkeypatch.setitem(hdf5_layout.BYTES_CHUNK, "none", 4096)   # small chunks: > 64 of them, so index nodes interleave
     rng = np.random.default_rng(3)
     payloads = [rng.integers(0, 256, int(rng.integers(0, 9000)), dtype=np.uint8).tobytes() for _ in range(120)]
     path = tmp_path / "shard.h5"
@@ -49,7 +49,7 @@ def test_bytes_layout_reads_every_sample_across_chunk_gaps(tmp_path: Path, monke
 
 
 def test_array_layout_reads_every_sample_across_chunk_gaps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(hdf5.ARRAY_CHUNK, "none", 2 * 48)   # two 4x4x3 samples per chunk
+    monkeypatch.setitem(hdf5_layout.ARRAY_CHUNK, "none", 2 * 48)   # two 4x4x3 samples per chunk
     rng = np.random.default_rng(4)
     arrays = [rng.integers(0, 256, (4, 4, 3), dtype=np.uint8) for _ in range(301)]
     path = tmp_path / "shard.h5"
