@@ -45,7 +45,7 @@ import torch.utils.data
 
 import shardkit
 from shardkit.formats import format_names, get_format
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 from shardkit.manifest import load_manifest
 from shardkit.samples import make_photo_tree
 from shardkit.schema import SampleSchema

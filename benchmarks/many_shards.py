@@ -34,7 +34,7 @@ import torch.utils.data
 
 import shardkit
 from shardkit.formats import format_names
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 
 
 def write_csv(path: str, rows: int) -> None:

@@ -40,14 +40,14 @@ CHILD = r"""
 import json, sys, time
 op, src, dst, fmt, per_shard, workers = sys.argv[1:7]
 import shardkit
-from shardkit.verification import verify
+from shardkit.ops.verification import verify
 import shutil
-import shardkit.dataset
+import shardkit.read.dataset
 writing = [0.0]
 if op == "convert":
     shutil.rmtree(dst, ignore_errors=True)
-    import shardkit.conversion
-    write_shard_file = shardkit.conversion.write_shard_file
+    import shardkit.write.conversion
+    write_shard_file = shardkit.write.conversion.write_shard_file
 
     def timed_write(*args, **kwargs):
         began = time.perf_counter()
@@ -55,7 +55,7 @@ if op == "convert":
             return write_shard_file(*args, **kwargs)
         finally:
             writing[0] += time.perf_counter() - began
-    shardkit.conversion.write_shard_file = timed_write      # in this process: --workers 1
+    shardkit.write.conversion.write_shard_file = timed_write      # in this process: --workers 1
 if op == "quick-own":
     # verify --quick with a peek that costs nothing (the manifest's own values): what verify
     # itself spends per shard (stat, open, checks), whatever the format's peek costs

@@ -30,7 +30,7 @@ from typing import Dict, List
 
 import shardkit
 from shardkit.formats import check_regular, format_names, get_format
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 
 from many_shards import write_csv     # type: ignore[import-not-found]
 

@@ -46,7 +46,7 @@ import torch.utils.data
 
 import shardkit
 from shardkit.formats import format_names
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 from shardkit.samples import make_photo_tree
 
 FLOOR = "(b) mmap floor"

@@ -60,13 +60,13 @@ import torch.utils.data
 import shardkit
 import shardkit.codecs.decode
 import shardkit.codecs.image
-import shardkit.dataset
+import shardkit.read.dataset
 import shardkit.formats.checked
 import shardkit.formats.hdf5_reader
 import shardkit.formats.lmdb
 import shardkit.formats.pt
 import shardkit.integrity
-import shardkit.verification
+import shardkit.ops.verification
 from shardkit.formats import format_names
 from shardkit.integrity import WrongSize
 from read_throughput import WorkerPids, log, payload_list, prepare  # type: ignore[import-not-found]

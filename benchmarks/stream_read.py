@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, Iterable
 import torch.utils.data
 
 import shardkit
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 from shardkit.samples import make_photo_tree
 
 

@@ -15,32 +15,32 @@ from .errors import (  # noqa: F401 - re-exported
 __version__ = "0.1.0"  # the one version source: pyproject.toml reads it
 
 if TYPE_CHECKING:      # type checkers see the real objects; at run time they load on first use
-    from .batches import RawBatch, collate_raw  # noqa: F401
-    from .conversion import ConvertReport, convert  # noqa: F401
-    from .dataset import HDF5Dataset, LMDBDataset, PTDataset, ShardDataset, open_dataset  # noqa: F401
-    from .handles import worker_init_fn  # noqa: F401
-    from .merging import merge  # noqa: F401
-    from .sampler import ShardAwareSampler  # noqa: F401
-    from .verification import VerifyReport, verify  # noqa: F401
+    from .read.batches import RawBatch, collate_raw  # noqa: F401
+    from .write.conversion import ConvertReport, convert  # noqa: F401
+    from .read.dataset import HDF5Dataset, LMDBDataset, PTDataset, ShardDataset, open_dataset  # noqa: F401
+    from .read.handles import worker_init_fn  # noqa: F401
+    from .ops.merging import merge  # noqa: F401
+    from .read.sampler import ShardAwareSampler  # noqa: F401
+    from .ops.verification import VerifyReport, verify  # noqa: F401
 
 _LAZY = {
-    "ConvertReport": "shardkit.conversion",
-    "HDF5Dataset": "shardkit.dataset",
-    "LMDBDataset": "shardkit.dataset",
-    "PTDataset": "shardkit.dataset",
-    "RawBatch": "shardkit.batches",
-    "ShardAwareSampler": "shardkit.sampler",
-    "ShardDataset": "shardkit.dataset",
-    "ShardStream": "shardkit.stream",
-    "VerifyReport": "shardkit.verification",
-    "collate_raw": "shardkit.batches",
-    "convert": "shardkit.conversion",
-    "merge": "shardkit.merging",
-    "open_dataset": "shardkit.dataset",
-    "random_split": "shardkit.splits",
-    "train_val_split": "shardkit.splits",
-    "verify": "shardkit.verification",
-    "worker_init_fn": "shardkit.handles",
+    "ConvertReport": "shardkit.write.conversion",
+    "HDF5Dataset": "shardkit.read.dataset",
+    "LMDBDataset": "shardkit.read.dataset",
+    "PTDataset": "shardkit.read.dataset",
+    "RawBatch": "shardkit.read.batches",
+    "ShardAwareSampler": "shardkit.read.sampler",
+    "ShardDataset": "shardkit.read.dataset",
+    "ShardStream": "shardkit.read.stream",
+    "VerifyReport": "shardkit.ops.verification",
+    "collate_raw": "shardkit.read.batches",
+    "convert": "shardkit.write.conversion",
+    "merge": "shardkit.ops.merging",
+    "open_dataset": "shardkit.read.dataset",
+    "random_split": "shardkit.read.splits",
+    "train_val_split": "shardkit.read.splits",
+    "verify": "shardkit.ops.verification",
+    "worker_init_fn": "shardkit.read.handles",
 }
 
 

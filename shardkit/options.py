@@ -19,7 +19,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type, T
 from .codecs.validate import DEFAULT_VALIDATE
 from .errors import UnknownOptionError, UsageError
 from .units import parse_part, parse_size
-from .workers import default_workers
+from .runtime.workers import default_workers
 
 DEFAULT_FORMAT = "hdf5"
 DEFAULT_SHARD_SIZE = "256MB"

@@ -5,8 +5,8 @@ from typing import Optional
 
 import click
 
-from ..bench import BenchResult, bench, parse_worker_counts
-from ..bench_plot import plot_report, require_matplotlib
+from ..ops.bench import BenchResult, bench, parse_worker_counts
+from ..ops.bench_plot import plot_report, require_matplotlib
 from .output import echo_json
 
 

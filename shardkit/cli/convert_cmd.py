@@ -7,7 +7,7 @@ import click
 
 from ..codecs.image import DEFAULT_MAX_IMAGE_PIXELS, IMAGE_MODES
 from ..codecs.validate import DEFAULT_VALIDATE, VALIDATE_MODES
-from ..conversion import convert
+from ..write.conversion import convert
 from ..formats import format_names
 from ..options import DEFAULT_BACKGROUND, DEFAULT_COMPRESSION, DEFAULT_FORMAT, DEFAULT_IMAGE_MODE, EXECUTORS
 from ..schema import COMPRESSIONS

@@ -15,5 +15,5 @@ from ..options import DEFAULT_FORMAT
               help="Sample images to draw (a folder per count, reused).")
 def command(workdir: str, format_: str, images: int) -> None:
     """Run the built-in end-to-end demo on a generated image tree."""
-    from ..demo import run_demo
+    from ..ops.demo import run_demo
     run_demo(workdir, format_, images, echo=click.echo)

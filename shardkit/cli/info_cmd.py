@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..info import info, render_info
+from ..ops.info import info, render_info
 from .output import echo_json
 
 

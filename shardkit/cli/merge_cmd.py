@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..merging import merge
+from ..ops.merging import merge
 from .output import echo_json
 
 

@@ -6,7 +6,7 @@ import sys
 import click
 
 from ..errors import UsageError
-from ..verification import verify
+from ..ops.verification import verify
 from .output import echo_json
 
 

@@ -13,7 +13,7 @@ import lmdb
 import numpy as np
 
 from ..errors import CorruptSampleError, CorruptShardError, UsageError
-from ..openfiles import OPEN_FILES
+from ..read.openfiles import OPEN_FILES
 from ..records import Encoded
 from ..schema import SampleSchema
 from .base import ShardReader

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from shardkit.bench import DECODE_SIDE, ResizeToTensor, bench, parse_worker_counts
+from shardkit.ops.bench import DECODE_SIDE, ResizeToTensor, bench, parse_worker_counts
 from shardkit.cli import main
 from shardkit.errors import CorruptShardError, UsageError
 from shardkit.manifest import load_manifest
@@ -56,7 +56,7 @@ def test_report_has_one_result_per_setting(tiny: Path) -> None:
 
 
 def test_recommendation_prefers_fewer_workers_when_close(tiny: Path) -> None:
-    from shardkit.bench import BenchResult, _recommend
+    from shardkit.ops.bench import BenchResult, _recommend
     report = bench(str(tiny), num_workers=(0,), batch_size=8, seconds=0.05)
     report.results = [BenchResult(0, 100, 10, 1.0, 100.0, 1.0, 0.1), BenchResult(2, 104, 10, 1.0, 104.0, 1.0, 0.1),
                       BenchResult(4, 80, 10, 1.0, 80.0, 1.0, 0.1)]

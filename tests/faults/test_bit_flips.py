@@ -18,7 +18,7 @@ import pytest
 
 import shardkit
 from shardkit.errors import CorruptSampleError, CorruptShardError
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 
 from .helpers import bit_flipped, make_tiny_tree, shard_paths
 

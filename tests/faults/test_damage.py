@@ -13,7 +13,7 @@ import pytest
 
 import shardkit
 from shardkit.errors import CorruptShardError, ManifestError, NotADatasetError
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 
 from .crafting import forge_manifest
 from .helpers import make_tiny_tree, run_cli, shard_paths

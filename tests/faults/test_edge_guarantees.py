@@ -12,7 +12,7 @@ import pytest
 
 import shardkit
 from shardkit.errors import ConversionError, CorruptSampleError
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 from shardkit.integrity import hash_file
 
 from .helpers import flip_bit, make_tiny_tree, shard_paths

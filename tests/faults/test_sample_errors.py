@@ -14,7 +14,7 @@ from shardkit.errors import CorruptSampleError
 from shardkit.formats import get_format
 from shardkit.manifest import load_manifest
 from shardkit.formats.packing import DEFAULT_GZIP_LEVEL
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 
 from .helpers import shard_paths
 

@@ -17,8 +17,8 @@ from shardkit.errors import CorruptShardError, UsageError
 from shardkit.formats import get_format
 from shardkit.formats import lmdb_writer as lmdb_format
 from shardkit.formats.lmdb_layout import RECORD, sample_key
-from shardkit.handles import HANDLES
-from shardkit.openfiles import OPEN_FILES
+from shardkit.read.handles import HANDLES
+from shardkit.read.openfiles import OPEN_FILES
 from shardkit.records import Encoded
 from shardkit.schema import SampleSchema
 

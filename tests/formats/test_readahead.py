@@ -8,7 +8,7 @@ import pytest
 import shardkit
 from shardkit.formats import get_format
 from shardkit.formats.base import READAHEAD_RAM_FRACTION, physical_memory, readahead_by_size
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 from shardkit.schema import SampleSchema
 
 

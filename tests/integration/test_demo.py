@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 import shardkit
-import shardkit.demo
+import shardkit.ops.demo
 from shardkit.cli import main
 
 
@@ -33,4 +33,4 @@ def test_demo_refuses_zero_images(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "no such file" not in result.output
     assert "--images" in result.output and result.output.count("\n") == 1
     with pytest.raises(shardkit.UsageError, match="at least 1"):
-        shardkit.demo.run_demo(str(tmp_path), images=0)
+        shardkit.ops.demo.run_demo(str(tmp_path), images=0)

@@ -14,7 +14,7 @@ import torch
 import shardkit
 from shardkit.errors import CorruptShardError
 from shardkit.formats import get_format
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 
 from ..conftest import image_files
 

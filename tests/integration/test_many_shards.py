@@ -18,7 +18,7 @@ import json, resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))
 import torch.utils.data
 import shardkit
-from shardkit.handles import default_max_open_shards
+from shardkit.read.handles import default_max_open_shards
 
 ds = shardkit.open_dataset(sys.argv[1], decode=None)
 loader = torch.utils.data.DataLoader(

@@ -14,7 +14,7 @@ import torch.utils.data
 
 import shardkit
 from shardkit.errors import CorruptSampleError
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 
 
 def _expected(ds: Any, order: List[int]) -> List[Tuple[bytes, int, str]]:

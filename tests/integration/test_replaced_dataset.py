@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import shardkit
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 from shardkit.samples import make_image_tree
 
 

@@ -14,9 +14,9 @@ import shardkit
 from shardkit.cli import main
 from shardkit.options import ReshardOptions, RunOptions
 from shardkit.formats import format_names
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 from shardkit.manifest import Manifest, ShardEntry
-from shardkit.plan import cut_shards
+from shardkit.write.plan import cut_shards
 from shardkit.schema import SampleSchema
 from shardkit.sources.shard_dataset import ShardDatasetSource
 

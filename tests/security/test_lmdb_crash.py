@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import shardkit
-from shardkit.isolation import ChildFailed, ChildKilled, IsolatedCalls
+from shardkit.runtime.isolation import ChildFailed, ChildKilled, IsolatedCalls
 from tests.faults.helpers import cli_env, run_cli
 from tests.security.crafted import overlong_lmdb_record
 

@@ -26,7 +26,7 @@ def test_deeply_nested_manifest_is_a_manifest_error(tmp_path: Path) -> None:
 
 
 MERGE = ("import resource, sys\nresource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-         "from shardkit.merging import merge\nfrom shardkit.errors import UsageError\n"
+         "from shardkit.ops.merging import merge\nfrom shardkit.errors import UsageError\n"
          "try:\n    merge([sys.argv[1]], sys.argv[2])\nexcept UsageError as exc:\n    print(exc)\n")
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch.utils.data
 
 import shardkit
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 
 CLASSES, PER_CLASS, BATCH = 1000, 20, 256
 

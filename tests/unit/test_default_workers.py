@@ -9,7 +9,7 @@ import pytest
 
 import shardkit
 from shardkit.options import RunOptions
-from shardkit.workers import WORKERS_ENV, default_workers
+from shardkit.runtime.workers import WORKERS_ENV, default_workers
 
 needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
 PRINT_DEFAULT = "from shardkit.options import RunOptions; print(RunOptions().workers)"

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from shardkit.interrupt import SigintLatch
+from shardkit.runtime.interrupt import SigintLatch
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD = """
 import gc, os, signal, sys
-from shardkit.interrupt import SigintLatch
+from shardkit.runtime.interrupt import SigintLatch
 
 class InterruptOnDelete:
     def __del__(self):

@@ -11,18 +11,26 @@ PACKAGE = Path(__file__).resolve().parents[2] / "shardkit"
 
 LAYERS = {
     "errors": 0, "units": 0, "records": 0, "schema": 0, "order": 0,
-    "integrity": 1, "manifest": 1, "codecs": 1, "plan": 1, "progress": 1, "journal": 1, "samples": 1, "interrupt": 1,
-    "workers": 1, "shard_table": 1, "options": 1, "openfiles": 1, "isolation": 1,
+    "runtime": 0, "write": 0, "read": 0, "ops": 0,     # the groups' __init__ modules (docstrings only)
+    "integrity": 1, "manifest": 1, "codecs": 1, "samples": 1, "shard_table": 1, "options": 1,
+    "write.plan": 1, "write.journal": 1, "read.openfiles": 1,
+    "runtime.progress": 1, "runtime.interrupt": 1, "runtime.workers": 1, "runtime.isolation": 1,
     "sources": 2, "formats": 2,
-    "sink": 3, "commit": 3, "handles": 3, "parallel": 3, "ray_executor": 3,
-    "conversion": 4, "verification": 4, "info": 4, "dataset": 4, "batches": 4, "sampler": 4, "splits": 4, "merging": 4,
-    "bench": 5, "bench_plot": 5, "stream": 5,
-    "demo": 5, "cli": 6, "__init__": 7, "__main__": 7,
+    "write.sink": 3, "write.commit": 3, "write.parallel": 3, "write.ray_executor": 3, "read.handles": 3,
+    "write.conversion": 4, "ops.verification": 4, "ops.info": 4, "ops.merging": 4,
+    "read.dataset": 4, "read.batches": 4, "read.sampler": 4, "read.splits": 4,
+    "ops.bench": 5, "ops.bench_plot": 5, "ops.demo": 5, "read.stream": 5,
+    "cli": 6, "__init__": 7, "__main__": 7,
 }
+
+
+GROUPS = ("read", "write", "ops", "runtime")
 
 
 def _component(module: str) -> str:
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] in GROUPS:
+        return f"{parts[1]}.{parts[2]}"
     return parts[1] if len(parts) > 1 else "__init__"
 
 

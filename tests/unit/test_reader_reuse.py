@@ -5,7 +5,7 @@ import multiprocessing
 from pathlib import Path
 
 import shardkit
-from shardkit.handles import HANDLES
+from shardkit.read.handles import HANDLES
 
 
 def test_reader_is_reopened_after_handles_close(dataset_dir: Path) -> None:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import shardkit
 from shardkit import ShardAwareSampler
-from shardkit.splits import shard_ids
+from shardkit.read.splits import shard_ids
 
 
 class FakeShards(torch.utils.data.Dataset):

@@ -211,9 +211,9 @@ def parse_files(files: List[TableFile], codec: TabularCodec, delimiter: str, wor
                 where: str) -> ParsedTable:
     """Parse every file — large text files split in parts — in `workers` processes when there are
     several parts, set each file's rows and first row, and merge the vocabularies. `where` names SRC in errors."""
-    from ...interrupt import SigintLatch
-    from ...progress import Progress
-    from ...workers import run_in_workers
+    from ...runtime.interrupt import SigintLatch
+    from ...runtime.progress import Progress
+    from ...runtime.workers import run_in_workers
     owner, tag, directory = os.getpid(), secrets.token_hex(4), tempfile.gettempdir()   # workers use ours
     label = codec.label
     parts = [part for item in files for part in split_file(item, workers)]

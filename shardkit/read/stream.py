@@ -28,7 +28,7 @@ import numpy as np
 import torch.utils.data
 
 from .dataset import open_dataset
-from .errors import UsageError
+from ..errors import UsageError
 from .sampler import replica_and_rank
 
 Segment = Tuple[int, int]          # [start, stop) of global sample indices

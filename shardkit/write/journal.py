@@ -15,9 +15,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from .errors import DestinationExistsError, LockedError, UsageError
-from .integrity import PathLike, atomic_write_json, json_bytes, replace_bytes
-from .manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME
+from ..errors import DestinationExistsError, LockedError, UsageError
+from ..integrity import PathLike, atomic_write_json, json_bytes, replace_bytes
+from ..manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME
 
 JOURNAL_DIR = ".shardkit"
 

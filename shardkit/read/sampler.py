@@ -14,8 +14,8 @@ from typing import Any, Dict, Iterator, Optional
 import numpy as np
 import torch.utils.data.distributed
 
-from .errors import UsageError
-from .order import seeded_permutation
+from ..errors import UsageError
+from ..order import seeded_permutation
 from .splits import shard_ids
 
 

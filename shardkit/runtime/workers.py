@@ -34,7 +34,7 @@ def default_workers() -> int:
     text = os.environ.get(WORKERS_ENV, "").strip()
     if text:
         if not text.isdigit() or int(text) < 1:
-            from .errors import UsageError
+            from ..errors import UsageError
             raise UsageError(f"{WORKERS_ENV} must be a whole number of at least 1, not {text!r}")
         return int(text)
     affinity = getattr(os, "sched_getaffinity", None)

@@ -9,8 +9,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .errors import UsageError
-from .order import seeded_permutation
+from ..errors import UsageError
+from ..order import seeded_permutation
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ def run_demo(workdir: Optional[str], format_name: str = "hdf5", images: int = 40
     import torch.utils.data
 
     import shardkit
-    from .errors import UsageError
-    from .samples import make_image_tree
+    from ..errors import UsageError
+    from ..samples import make_image_tree
     if images < 1:
         raise UsageError(f"--images must be at least 1, not {images}")
     # One tree per size: a folder reused with another --images never converts the old tree.

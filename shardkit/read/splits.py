@@ -6,8 +6,8 @@ from typing import Any, List, Sequence, Union
 import numpy as np
 import torch.utils.data
 
-from .errors import UsageError
-from .order import seeded_permutation
+from ..errors import UsageError
+from ..order import seeded_permutation
 
 
 def shard_ids(dataset: Any) -> np.ndarray:

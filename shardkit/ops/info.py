@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from .manifest import load_manifest
-from .units import format_size
+from ..manifest import load_manifest
+from ..units import format_size
 
 
 def info(dst: str) -> Dict[str, Any]:

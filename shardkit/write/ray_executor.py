@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
 
-from .errors import ConversionError, ShardkitError, UsageError
+from ..errors import ConversionError, ShardkitError, UsageError
 from .plan import ShardTask
 from .sink import ShardResult, SinkContext, write_shard
-from .workers import POLL_SECONDS
+from ..runtime.workers import POLL_SECONDS
 
 #: How many times Ray reruns a shard whose worker or node was lost.
 RETRIES = 3

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
-from .errors import DestinationExistsError, ManifestError, UsageError
-from .integrity import atomic_write_bytes, fsync_path
-from .manifest import RUN_SUMMARY_KEYS, SHARDS_DIR, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
+from ..errors import DestinationExistsError, ManifestError, UsageError
+from ..integrity import atomic_write_bytes, fsync_path
+from ..manifest import RUN_SUMMARY_KEYS, SHARDS_DIR, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
 
 
 @dataclass

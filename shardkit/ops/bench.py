@@ -13,7 +13,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from .errors import CorruptShardError, UsageError
+from ..errors import CorruptShardError, UsageError
 
 #: Side of the square images are resized to with decode on, so that a batch stacks.
 DECODE_SIDE = 224
@@ -111,8 +111,8 @@ def bench(dst: "str | os.PathLike[str]", num_workers: Sequence[int] = (0, 1, 2, 
 
 def _open(dst: str, decode: bool) -> "tuple[Any, bool, str]":
     """The dataset to time, whether its batches stack into tensors (else lists), and what a sample is."""
-    from .dataset import open_dataset
-    from .manifest import load_manifest
+    from ..read.dataset import open_dataset
+    from ..manifest import load_manifest
     from .verification import verify
     manifest = load_manifest(dst)
     schema = manifest.schema
@@ -165,10 +165,10 @@ def _measure(dataset: Any, workers: int, batch_size: int, stacked: bool, seconds
              bytes_per_sample: float, quiet: bool) -> BenchResult:
     import torch.utils.data
 
-    from .batches import collate_raw
-    from .handles import worker_init_fn
-    from .progress import Progress
-    from .sampler import ShardAwareSampler
+    from ..read.batches import collate_raw
+    from ..read.handles import worker_init_fn
+    from ..runtime.progress import Progress
+    from ..read.sampler import ShardAwareSampler
     sampler = _Epochs(ShardAwareSampler(dataset, shuffle=True, seed=0, num_replicas=1, rank=0))
     labeled_stack = stacked and dataset.schema.labeled     # default collate gives [samples, labels]
     samples = batches = 0

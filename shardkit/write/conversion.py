@@ -13,19 +13,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .errors import (ConversionError, ConversionInterrupted, EmptySourceError,
-                     ShardkitError, UsageError)
-from .formats import get_format
-from .interrupt import SigintLatch
+from ..errors import (ConversionError, ConversionInterrupted, EmptySourceError,
+                      ShardkitError, UsageError)
+from ..formats import get_format
+from ..runtime.interrupt import SigintLatch
 from .journal import Journal, claim_destination, remove_outputs, remove_stale_temps
-from .manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, ShardTable, load_manifest
-from .options import DEFAULT_FORMAT, PlanOptions, RunOptions, split_convert_options
+from ..manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, ShardTable, load_manifest
+from ..options import DEFAULT_FORMAT, PlanOptions, RunOptions, split_convert_options
 from .plan import ShardTask, make_tasks, planned_order, sample_order
-from .progress import Progress
+from ..runtime.progress import Progress
 from .commit import CommitPipeline
 from .sink import (NOT_WRITABLE, ShardResult, SinkContext, explain_write_failure, reusable_result,
                    write_shard_file)
-from .sources import Skipped, Source, open_source
+from ..sources import Skipped, Source, open_source
 
 
 @dataclass
@@ -357,7 +357,7 @@ def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContex
         "bytes": sum(result.source_bytes for result in results),
         "detected": dict(sorted(tags.items())),
     })
-    from . import __version__
+    from .. import __version__
     return Manifest(format_name=fmt.name, format_version=fmt.version, schema=ctx.schema,
                     shards=ShardTable.from_entries(entries),
                     classes=list(source.classes),
@@ -369,7 +369,7 @@ def _assemble(results: List[ShardResult], source: Any, fmt: Any, ctx: SinkContex
 
 
 def _write_skipped(dst: str, lines: List[Dict[str, Any]]) -> None:
-    from .integrity import atomic_write_bytes
+    from ..integrity import atomic_write_bytes
     text = "".join(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n" for line in lines)
     atomic_write_bytes(Path(dst) / SKIPPED_NAME, text.encode("utf-8", "surrogateescape"))
 

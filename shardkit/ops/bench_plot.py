@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .bench import BenchReport
-from .errors import UsageError
+from ..errors import UsageError
 
 INSTALL_HINT = "pip install matplotlib"
 

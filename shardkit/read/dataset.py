@@ -9,14 +9,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 import torch.utils.data
 
-from .codecs.decode import make_decoder
-from .errors import CorruptSampleError, CorruptShardError, SampleError, UsageError
-from .formats import SampleChecks, ShardReader, check_version, get_format, open_checked
+from ..codecs.decode import make_decoder
+from ..errors import CorruptSampleError, CorruptShardError, SampleError, UsageError
+from ..formats import SampleChecks, ShardReader, check_version, get_format, open_checked
 from .handles import ShardHandles, default_max_open_shards
-from .integrity import hash_shard_file
-from .manifest import Manifest, load_manifest
+from ..integrity import hash_shard_file
+from ..manifest import Manifest, load_manifest
 from .openfiles import OPEN_FILES
-from .records import Encoded
+from ..records import Encoded
 
 #: The keywords of ShardDataset itself (suggested when a format option is misspelt).
 DATASET_OPTIONS = ("decode", "transform", "target_transform", "verify_checksums", "max_open_shards", "as_dict",
@@ -122,7 +122,7 @@ class ShardDataset(torch.utils.data.Dataset):
             return make_decoder(self.manifest.schema, self.decode, self.manifest.source)
         if self.manifest.schema.kind != "tabular":
             raise UsageError("as_dict=True applies to tabular (CSV) datasets only", path=self.root)
-        from .codecs.tabular import make_tabular_decoder
+        from ..codecs.tabular import make_tabular_decoder
         return make_tabular_decoder(self.manifest.schema, self.decode, as_dict=True)
 
     def __len__(self) -> int:

@@ -9,14 +9,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from .codecs.decode import check_payload_decodes
-from .errors import CorruptSampleError, CorruptShardError, ManifestError, SampleError, UsageError
-from .formats import READ_FAILURES, get_format
-from .isolation import ChildKilled, IsolatedCalls, run_isolated
-from .integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
-from .manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, load_manifest
-from .progress import Progress
-from .workers import default_workers, run_in_workers
+from ..codecs.decode import check_payload_decodes
+from ..errors import CorruptSampleError, CorruptShardError, ManifestError, SampleError, UsageError
+from ..formats import READ_FAILURES, get_format
+from ..runtime.isolation import ChildKilled, IsolatedCalls, run_isolated
+from ..integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
+from ..manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, load_manifest
+from ..runtime.progress import Progress
+from ..runtime.workers import default_workers, run_in_workers
 
 MODES = ("quick", "full", "deep")
 #: What a format's library may raise on a damaged file; reported as a problem, never raised.

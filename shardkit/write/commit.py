@@ -7,7 +7,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, List, Set
 
-from .integrity import SharedFolderSync
+from ..integrity import SharedFolderSync
 from .sink import ShardResult, WrittenShard
 
 #: Shards being committed at once: enough for the file system to group their fsyncs; each holds

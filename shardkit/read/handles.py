@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Hashable, Tuple
 
-from .formats.base import ShardReader
+from ..formats.base import ShardReader
 from .openfiles import OPEN_FILES, file_identity
 
 #: Kept free of shard descriptors and maps for the rest of the process (sockets, pipes, libraries).

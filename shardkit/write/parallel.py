@@ -12,10 +12,10 @@ import signal
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, List, Optional
 
-from .errors import ConversionError
+from ..errors import ConversionError
 from .plan import ShardTask
 from .sink import ShardResult, SinkContext, write_shard_file
-from .workers import run_in_workers
+from ..runtime.workers import run_in_workers
 
 _WORKER_CTX: Optional[SinkContext] = None
 _WORKER_COUNTERS: Any = None

@@ -14,16 +14,16 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from .errors import ConversionError
-from .formats import get_format
-from .formats.base import FormatOptions
-from .integrity import FolderSync, fsync_path, hash_file, hash_shard_file, temp_path
+from ..errors import ConversionError
+from ..formats import get_format
+from ..formats.base import FormatOptions
+from ..integrity import FolderSync, fsync_path, hash_file, hash_shard_file, temp_path
 from .journal import Journal
-from .manifest import SHARDS_DIR
+from ..manifest import SHARDS_DIR
 from .plan import ShardTask
-from .records import NO_LABEL, EncodedRows
-from .schema import SampleSchema
-from .sources.base import ConvertedRun, Skipped, Source
+from ..records import NO_LABEL, EncodedRows
+from ..schema import SampleSchema
+from ..sources.base import ConvertedRun, Skipped, Source
 
 ProgressFn = Callable[[int, int], None]
 #: Samples between two progress reports of one shard: a report takes a lock (workers) or looks

@@ -1,0 +1,1 @@
+"""Operations composed from both paths: verify, merge, info, bench, demo."""

@@ -1,0 +1,1 @@
+"""The read side: datasets, per-process handles, samplers."""

@@ -1,0 +1,1 @@
+"""The write path: plan -> sink -> journal -> manifest, and the executors that run shards."""
