@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shardkit import progress
+from shardkit.runtime import progress
 
 
 def test_convert_logs_a_few_plain_lines_when_stderr_is_a_file(image_tree: Path, tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ from typing import List, Tuple
 import pytest
 
 import shardkit
-from shardkit import integrity, journal
+from shardkit import integrity
+from shardkit.write import journal
 from shardkit.errors import ConversionError
 
 

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import pytest
 
 import shardkit
-from shardkit import verification
+from shardkit.ops import verification
 from shardkit.formats import get_format
 from shardkit.formats.base import ShardFormat
 from shardkit.schema import SampleSchema
