@@ -5,8 +5,8 @@ For each format, the same CSV rows are converted into --shards shards; then, in 
 every shard is opened the way the dataset opens it, repeated --repeats times (each repeat closes
 everything first), and the per-shard time is split into:
 
-  file check   checked.check_regular: realpath of root and shard, open O_NOFOLLOW, fstat
-  reader       fmt.open_reader: the format library's open and shardkit's structure checks
+  file check   checked.open_shard_file: the shard's real path inside root, open O_NOFOLLOW, fstat
+  reader       fmt.open_reader on that descriptor: the format's open and shardkit's structure checks
   dataset      ds.reader(k) as a whole (file check + reader + identity and count checks + LRU)
 
 With --profile, the reader's time is broken down by function (cProfile, tottime, top --top).
@@ -29,7 +29,7 @@ import time
 from typing import Dict, List
 
 import shardkit
-from shardkit.formats import check_regular, format_names, get_format
+from shardkit.formats import format_names, get_format, open_shard_file, recorded_options
 from shardkit.read.handles import HANDLES
 
 from many_shards import write_csv     # type: ignore[import-not-found]
@@ -45,10 +45,15 @@ def per_shard_ms(ds: shardkit.ShardDataset, stage: str) -> float:
     started = time.perf_counter()
     if stage == "file check":
         for path, entry in zip(paths, shards):
-            check_regular(path, ds.root, entry.size, "shard")
+            os.close(open_shard_file(path, ds.root, entry.size, "shard"))
     elif stage == "reader":
-        readers = [fmt.open_reader(path, ds.manifest.schema, ds.manifest.format_options) for path in paths]
+        options = recorded_options(fmt, ds.manifest, ds.root)
+        fds = [open_shard_file(path, ds.root, entry.size, "shard") for path, entry in zip(paths, shards)]
+        started = time.perf_counter()
+        readers = [fmt.open_reader(path, ds.manifest.schema, options, fd) for path, fd in zip(paths, fds)]
         elapsed = time.perf_counter() - started
+        for fd in fds:
+            os.close(fd)
         for reader in readers:
             reader.close()
         return 1000 * elapsed / len(paths)

@@ -11,7 +11,7 @@ before the threat model (docs/reliability.md):
   codecs.decode.max_image_pixels       -> the default: the manifest's pixel limit unread
   formats.hdf5_reader.check_self_contained    -> nothing: no link, storage, filter or chunk-size checks
   formats.hdf5_reader.disable_filter_plugins  -> nothing: HDF5's plugin path left as it is
-  formats.pt.check_zip_index           -> nothing: torch.load without reading the zip index first
+  formats.pt_reader.check_zip_index    -> nothing: torch.load without reading the zip index first
   integrity.open_regular               -> os.open(path) and the size check: no real path inside DST,
                                           no O_NOFOLLOW|O_NONBLOCK, no regular-file or same-file check
 
@@ -64,7 +64,7 @@ import shardkit.read.dataset
 import shardkit.formats.checked
 import shardkit.formats.hdf5_reader
 import shardkit.formats.lmdb
-import shardkit.formats.pt
+import shardkit.formats.pt_reader
 import shardkit.integrity
 import shardkit.ops.verification
 from shardkit.formats import format_names
@@ -112,7 +112,7 @@ SWITCHED: List[Tuple[Any, str, Callable[..., Any]]] = [
     (shardkit.codecs.decode, "max_image_pixels", _default_pixel_limit),
     (shardkit.formats.hdf5_reader, "check_self_contained", _skipped("check_self_contained")),
     (shardkit.formats.hdf5_reader, "disable_filter_plugins", _skipped("disable_filter_plugins")),
-    (shardkit.formats.pt, "check_zip_index", _skipped("check_zip_index")),
+    (shardkit.formats.pt_reader, "check_zip_index", _skipped("check_zip_index")),
     (shardkit.integrity, "open_regular", _open_sized),
 ]
 _ORIGINALS = [getattr(module, name) for module, name, _ in SWITCHED]
@@ -383,7 +383,7 @@ def check_costs(dst: str, args: argparse.Namespace) -> Dict[str, float]:
             costs["shard open"] += added_cost(lambda: (disable_filter_plugins(), check_self_contained(handle)),
                                               lambda: None, 50, reps)
     elif fmt == "pt":
-        from shardkit.formats.pt import check_zip_index
+        from shardkit.formats.pt_reader import check_zip_index
         costs["shard open"] += added_cost(lambda: check_zip_index(path), lambda: None, 50, reps)
     return costs
 

@@ -85,6 +85,17 @@ def open_regular(path: PathLike, root: PathLike, size: int) -> int:
     return fd
 
 
+#: Whether /proc/self/fd names open descriptors here (Linux).
+_PROC_FD = os.path.isdir("/proc/self/fd")
+
+
+def fd_path(fd: "int | None", path: str) -> str:
+    """A name that opens the very file fd is open on, whatever happened to path since it was
+    checked (Linux: /proc/self/fd/N), for libraries that open files by name (h5py, lmdb, torch);
+    path itself when fd is None or the system has no /proc."""
+    return f"/proc/self/fd/{fd}" if fd is not None and _PROC_FD else path
+
+
 #: Open a name without following a final link or touching what it names (Linux); None elsewhere.
 _LOOK_FLAGS = (os.O_PATH | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)) if hasattr(os, "O_PATH") else None
 
@@ -128,15 +139,24 @@ def _real_root(root: PathLike) -> str:
 def hash_shard_file(path: PathLike, root: PathLike, size: int) -> str:
     """Hex sha256 of exactly `size` bytes of a regular file inside root (open_regular), read
     from the fd that was checked; NotAShardFile if it is anything else or changes size."""
+    fd = open_regular(path, root, size)
+    try:
+        return hash_open_file(fd, path, size)
+    finally:
+        os.close(fd)
+
+
+def hash_open_file(fd: int, path: PathLike, size: int) -> str:
+    """Hex sha256 of bytes [0, size) of the file open at fd (read with pread: the descriptor's
+    position is left alone); NotAShardFile naming path if it ends sooner."""
     digest = hashlib.sha256()
-    with os.fdopen(open_regular(path, root, size), "rb") as handle:
-        left = size
-        while left:
-            block = handle.read(min(_BLOCK, left))
-            if not block:
-                raise NotAShardFile(path, f"ended after {size - left} of {size} bytes")
-            digest.update(block)
-            left -= len(block)
+    position = 0
+    while position < size:
+        block = os.pread(fd, min(_BLOCK, size - position), position)
+        if not block:
+            raise NotAShardFile(path, f"ended after {position} of {size} bytes")
+        digest.update(block)
+        position += len(block)
     return digest.hexdigest()
 
 

@@ -6,8 +6,8 @@ from typing import Dict, List
 
 from ..errors import UsageError
 from .base import ShardFormat, ShardReader, ShardWriter
-from .checked import (READ_FAILURES, SampleChecks, check_regular, check_version, open_checked, open_unchecked,
-                      version_problem)
+from .checked import (READ_FAILURES, SampleChecks, check_reader, check_version, open_checked, open_shard_file,
+                      open_unchecked, reader_of, recorded_options, version_problem)
 
 _REGISTRY: Dict[str, str] = {
     "hdf5": "shardkit.formats.hdf5",
@@ -30,5 +30,6 @@ def get_format(name: str) -> ShardFormat:
     return importlib.import_module(module_name).FORMAT
 
 
-__all__ = ["READ_FAILURES", "SampleChecks", "ShardFormat", "ShardReader", "ShardWriter", "check_regular",
-           "check_version", "format_names", "get_format", "open_checked", "open_unchecked", "version_problem"]
+__all__ = ["READ_FAILURES", "SampleChecks", "ShardFormat", "ShardReader", "ShardWriter", "check_reader",
+           "check_version", "format_names", "get_format", "open_checked", "open_shard_file", "open_unchecked",
+           "reader_of", "recorded_options", "version_problem"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import abc
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Type
 
 import numpy as np
 
@@ -110,7 +110,7 @@ class FormatOptions:
         return tuple(item.name for item in fields(cls))
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any], where: str, also: Sequence[str] = ()) -> "FormatOptions":
+    def from_dict(cls, data: Mapping[str, Any], where: str, also: Sequence[str] = ()) -> "FormatOptions":
         """The options in data; UnknownOptionError for a key this class does not take (also:
         other names accepted in the same call, offered as suggestions)."""
         refuse_unknown(data, cls.names(), where, also=also)
@@ -175,21 +175,26 @@ class ShardFormat(abc.ABC):
         """A writer for a new shard file at path, stamped with the identity of its dataset."""
 
     @abc.abstractmethod
-    def open_reader(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardReader:
-        """A reader for an existing shard file at path."""
+    def open_reader(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None,
+                    fd: Optional[int] = None) -> ShardReader:
+        """A reader for an existing shard file at path. options: an instance of reader_options (None:
+        its defaults). fd: a read-only descriptor of that file the caller opened and checked
+        (checked.open_shard_file); the reader reads through it while it opens and never closes it
+        (a map it keeps holds its own). None: the reader opens path itself."""
 
-    def peek(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Tuple[int, Optional[str]]:
+    def peek(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None,
+             fd: Optional[int] = None) -> Tuple[int, Optional[str]]:
         """(number of samples, dataset_id) of the shard at path, as cheaply as the format can tell:
         what verify checks of every shard short of --deep. This default opens a reader (with all its
         structural checks); a format that records both in a small record at a fixed place reads just
-        that, and raises CorruptShardError when the record is damaged."""
-        reader = self.open_reader(path, schema, options)
+        that, and raises CorruptShardError when the record is damaged. fd: as for open_reader."""
+        reader = self.open_reader(path, schema, options, fd)
         try:
             return len(reader), reader.dataset_id
         finally:
             reader.close()
 
-    def cross_check(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Optional[str]:
+    def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None) -> Optional[str]:
         """verify --deep: what the format's own library finds wrong with a shard that its reader,
         taking a shortcut, does not look at (None: nothing); CorruptShardError when it cannot open."""
         return None

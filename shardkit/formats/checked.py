@@ -8,14 +8,14 @@ it into CorruptSampleError naming shard and sample, and (when asked) checks CRC3
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
-from ..errors import CorruptSampleError, CorruptShardError, ManifestError, ShardkitError
+from ..errors import CorruptSampleError, CorruptShardError, ManifestError, ShardkitError, UsageError
 from ..integrity import NotAShardFile, WrongSize, open_regular
-from ..manifest import Manifest
+from ..manifest import MANIFEST_NAME, Manifest
 from ..records import Encoded
 from ..schema import SampleSchema
-from .base import ShardFormat, ShardReader
+from .base import FormatOptions, ShardFormat, ShardReader
 
 #: What a format's library may raise on a damaged file that its own checks did not catch;
 #: the read side reports it as CorruptShardError / CorruptSampleError, never as itself.
@@ -37,11 +37,21 @@ def check_version(fmt: ShardFormat, version: int, where: str) -> None:
         raise ManifestError(problem, path=where)
 
 
-def check_regular(path: str, root: str, size: int, name: str) -> None:
-    """CorruptShardError unless path is a regular file of `size` bytes inside root (no link, FIFO
-    or device: integrity.open_regular), naming the file and `name` ("shard 3")."""
+def recorded_options(fmt: ShardFormat, manifest: Manifest, root: str) -> FormatOptions:
+    """The reader options the manifest of the dataset at root records (format_options), typed;
+    ManifestError when it records one the format does not take, or a value of the wrong type."""
     try:
-        os.close(open_regular(path, root, size))
+        return fmt.reader_options.from_dict(manifest.format_options, f"format_options for {fmt.name}")
+    except UsageError as exc:
+        raise ManifestError(str(exc), path=os.path.join(root, MANIFEST_NAME)) from None
+
+
+def open_shard_file(path: str, root: str, size: int, name: str) -> int:
+    """A read-only descriptor of path, if it is a regular file of `size` bytes inside root (no link,
+    FIFO or device: integrity.open_regular); CorruptShardError naming the file and `name`
+    ("shard 3") otherwise. The caller closes it."""
+    try:
+        return open_regular(path, root, size)
     except WrongSize as exc:
         raise CorruptShardError("is truncated or replaced: it has", path=path, actual=f"{exc.size} bytes",
                                 expected=size) from None
@@ -52,31 +62,47 @@ def check_regular(path: str, root: str, size: int, name: str) -> None:
         raise CorruptShardError(f"{name} is missing", path=path) from None
 
 
-def open_checked(fmt: ShardFormat, manifest: Manifest, root: str, shard: int, options: Dict[str, Any], *,
+def open_checked(fmt: ShardFormat, manifest: Manifest, root: str, shard: int, options: FormatOptions, *,
                  path: Optional[str] = None, role: str = "shard") -> ShardReader:
     """A reader of a manifest's shard, after checking the file (regular, inside root, its size),
-    then the shard's dataset identity and sample count against the manifest."""
+    then the shard's dataset identity and sample count against the manifest: one open of the file."""
     entry = manifest.shards[shard]
     path = os.path.join(root, entry.path) if path is None else path
     name = f"{role} {shard}"
-    check_regular(path, root, entry.size, name)
-    reader = open_unchecked(fmt, path, manifest.schema, options, name)
+    fd = open_shard_file(path, root, entry.size, name)
     try:
-        manifest.check_identity(reader.dataset_id, path, shard)
-        if len(reader) != entry.num_samples:
-            raise CorruptShardError("holds", path=path, actual=f"{len(reader)} samples",
-                                    expected=entry.num_samples)
+        return reader_of(fmt, manifest, shard, options, path, fd, name)
+    finally:
+        os.close(fd)
+
+
+def reader_of(fmt: ShardFormat, manifest: Manifest, shard: int, options: FormatOptions, path: str, fd: int,
+              name: str) -> ShardReader:
+    """A reader of the shard file open at fd (open_shard_file), once its dataset identity and sample
+    count match the manifest."""
+    reader = open_unchecked(fmt, path, manifest.schema, options, name, fd)
+    try:
+        check_reader(reader, manifest, shard, path)
     except BaseException:
         reader.close()
         raise
     return reader
 
 
-def open_unchecked(fmt: ShardFormat, path: str, schema: SampleSchema, options: Dict[str, Any],
-                   name: str) -> ShardReader:
+def check_reader(reader: ShardReader, manifest: Manifest, shard: int, path: str) -> None:
+    """CorruptShardError unless an open reader carries the manifest's dataset identity and the
+    manifest's sample count for that shard (also for a reader shared with another dataset)."""
+    manifest.check_identity(reader.dataset_id, path, shard)
+    expected = int(manifest.shards.num_samples[shard])
+    if len(reader) != expected:
+        raise CorruptShardError("holds", path=path, actual=f"{len(reader)} samples", expected=expected)
+
+
+def open_unchecked(fmt: ShardFormat, path: str, schema: SampleSchema, options: Optional[FormatOptions],
+                   name: str, fd: Optional[int] = None) -> ShardReader:
     """fmt.open_reader, with a library's own error on a damaged file reported as CorruptShardError."""
     try:
-        return fmt.open_reader(path, schema, options)
+        return fmt.open_reader(path, schema, options, fd)
     except ShardkitError:
         raise
     except READ_FAILURES as exc:

@@ -21,6 +21,7 @@ from .base import FormatOptions, ReadaheadOptions, ShardFormat, ShardReader, Sha
 from .hdf5_layout import FORMAT_NAME, FORMAT_VERSION
 from .hdf5_locator import describes, disagreement, locate, parse, read_head
 from .hdf5_reader import HDF5Reader, located, short_error
+from .locating import opened
 from .hdf5_writer import HDF5Writer
 
 
@@ -53,22 +54,25 @@ class HDF5Format(ShardFormat):
                     dataset_id: str = "") -> ShardWriter:
         return HDF5Writer(path, schema, dataset_id)
 
-    def open_reader(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardReader:
-        return HDF5Reader(path, schema, readahead=bool(options.get("readahead", True)))
+    def open_reader(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None,
+                    fd: Optional[int] = None) -> ShardReader:
+        readahead = options.readahead if isinstance(options, ReadaheadOptions) else True
+        return HDF5Reader(path, schema, readahead=readahead, fd=fd)
 
-    def peek(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Tuple[int, Optional[str]]:
+    def peek(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None,
+             fd: Optional[int] = None) -> Tuple[int, Optional[str]]:
         """From the locator (one pread, checked) when the shard has one that still describes the
         file (its metadata CRC32, as a reader checks it); else by opening it with every structure
         check, so a shard edited with HDF5 tools after it was written is looked at in full."""
-        with open(path, "rb") as handle:
-            found = located(handle.fileno(), path)
+        with opened(path, fd) as descriptor:
+            found = located(descriptor, path)
         if found is None:
-            return super().peek(path, schema, options)
+            return super().peek(path, schema, options, fd)
         locator, view = found
         view.close()
         return locator.count, locator.dataset_id
 
-    def cross_check(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Optional[str]:
+    def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None) -> Optional[str]:
         """Open the shard through h5py with every structure check, and compare its locator (when it
         has one that describes the file) with the one HDF5's view of the file gives."""
         HDF5Reader(path, schema, located=False).close()

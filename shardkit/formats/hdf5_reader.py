@@ -10,6 +10,7 @@ import h5py
 import numpy as np
 
 from ..errors import CorruptShardError
+from ..integrity import fd_path
 from ..records import Encoded
 from ..schema import SampleSchema
 from .base import ShardReader
@@ -17,7 +18,7 @@ from .hdf5_layout import FORMAT_VERSION, MAX_EXPANSION
 from .hdf5_locator import Locator, describes, parse, read_head
 from .hdf5_safety import check_self_contained, disable_filter_plugins
 from .keys import KeyTable
-from .locating import close_map, map_if
+from .locating import close_map, map_if, opened
 
 #: Reader chunk cache: room for a few chunks; random access gains nothing from more.
 CHUNK_CACHE_BYTES = 8 << 20
@@ -35,8 +36,10 @@ class HDF5Reader(ShardReader):
     allocating what they claim (see _check_dataset).
     """
 
-    def __init__(self, path: str, schema: SampleSchema, readahead: bool = True, located: bool = True) -> None:
+    def __init__(self, path: str, schema: SampleSchema, readahead: bool = True, located: bool = True,
+                 fd: Optional[int] = None) -> None:
         self._path = path
+        self._fd = fd                   # the caller's descriptor of path, used only while opening
         self._schema = schema
         self._readahead = readahead
         self._flat: Optional[np.ndarray] = None
@@ -46,13 +49,14 @@ class HDF5Reader(ShardReader):
         self._key_datasets: Tuple[Any, ...] = ()
         self._keys: Optional[KeyTable] = None
         if located and self._open_located():
+            self._fd = None
             return
         disable_filter_plugins()
         try:
             # locking=False: shards are immutable once renamed into place, and NFS/Lustre mounts
             # without (working) flock would otherwise fail every open
-            self._file = h5py.File(path, "r", rdcc_nbytes=CHUNK_CACHE_BYTES, rdcc_nslots=CHUNK_CACHE_SLOTS,
-                                   locking=False)
+            self._file = h5py.File(fd_path(fd, path), "r", rdcc_nbytes=CHUNK_CACHE_BYTES,
+                                   rdcc_nslots=CHUNK_CACHE_SLOTS, locking=False)
         except (OSError, ValueError, RuntimeError) as exc:
             raise CorruptShardError(f"cannot open HDF5 shard ({short_error(exc)})", path=path) from None
         try:
@@ -74,6 +78,7 @@ class HDF5Reader(ShardReader):
             self.close()
             raise CorruptShardError(f"HDF5 shard is missing or damaged a dataset ({short_error(exc)})",
                                     path=path) from None
+        self._fd = None
 
     def _corrupt(self, problem: str) -> CorruptShardError:
         return CorruptShardError(f"corrupt HDF5 shard: {problem}", path=self._path)
@@ -83,11 +88,10 @@ class HDF5Reader(ShardReader):
         no HDF5. False when the shard has none, keeps its data compressed, or was changed after
         it was written (then h5py opens it with every structure check)."""
         try:
-            handle = open(self._path, "rb")
-        except OSError:
+            with opened(self._path, self._fd) as fd:
+                found = located(fd, self._path)
+        except FileNotFoundError:
             return False            # h5py reports it
-        with handle:
-            found = located(handle.fileno(), self._path)
         if found is None:
             return False
         locator, view = found
@@ -152,7 +156,7 @@ class HDF5Reader(ShardReader):
         if not isinstance(version, (int, np.integer)) or int(version) > FORMAT_VERSION:
             raise CorruptShardError(f"HDF5 shard format version {version!r} is newer than this "
                                     f"shardkit reads ({FORMAT_VERSION}); upgrade shardkit", path=self._path)
-        file_size = os.path.getsize(self._path)
+        file_size = os.path.getsize(fd_path(self._fd, self._path))
         labels = self._check_dataset("labels", "iu", 1, file_size)
         self._count = int(labels.shape[0])
         crcs = self._check_dataset("crc32", "iu", 1, file_size, rows=self._count)
@@ -245,10 +249,10 @@ class HDF5Reader(ShardReader):
         else:
             for k in range(dsid.get_num_chunks()):
                 note(dsid.get_chunk_info(k))
-        if where.min() < 0 or int(where.max()) + chunk_bytes > os.path.getsize(self._path):
+        if where.min() < 0 or int(where.max()) + chunk_bytes > os.path.getsize(fd_path(self._fd, self._path)):
             return
-        with open(self._path, "rb") as handle:
-            self._map(handle.fileno())
+        with opened(self._path, self._fd) as fd:
+            self._map(fd)
         self._use_chunks(where, chunk_bytes, row_bytes, dset.dtype)
 
     def _map_keys(self) -> bool:

@@ -18,7 +18,7 @@ environment inherited over fork is closed in the child before the child opens it
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -62,8 +62,10 @@ class LMDBFormat(ShardFormat):
                     dataset_id: str = "") -> ShardWriter:
         return LMDBWriter(path, schema, dataset_id)
 
-    def open_reader(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> ShardReader:
-        return LMDBReader(path, schema, options)
+    def open_reader(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None,
+                    fd: Optional[int] = None) -> ShardReader:
+        readahead = options.readahead if isinstance(options, ReadaheadOptions) else True
+        return LMDBReader(path, schema, readahead, fd)
 
 
 FORMAT = LMDBFormat()

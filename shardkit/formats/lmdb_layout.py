@@ -3,6 +3,8 @@ per-sample record header, blocks of fixed-shape rows and the sample keys; shared
 (lmdb_writer.py) and the reader (lmdb_reader.py)."""
 from __future__ import annotations
 
+import re
+
 import struct
 
 from ..schema import SampleSchema
@@ -39,6 +41,7 @@ def sample_key(index: int) -> bytes:
 
 
 def short_message(exc: BaseException, path: str) -> str:
-    """The first line of an LMDB error, without the file it names (the caller names it)."""
+    """The first line of an LMDB error, without the file it names (the caller names it): path, or
+    the /proc/self/fd name it was opened by."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text.replace(f"{path}: ", "")
+    return re.sub(r"^/proc/self/fd/\d+: ", "", text.replace(f"{path}: ", ""))

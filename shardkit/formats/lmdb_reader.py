@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import CorruptSampleError, CorruptShardError, UsageError
 from ..read.openfiles import OPEN_FILES
+from ..integrity import fd_path
 from ..records import Encoded
 from ..schema import SampleSchema
 from .base import ShardReader
@@ -50,11 +51,12 @@ class _SharedEnv:
             pass
 
 
-def _acquire(path: str, readahead: bool) -> Tuple[Tuple[Any, ...], _SharedEnv]:
+def _acquire(path: str, readahead: bool, fd: Optional[int]) -> Tuple[Tuple[Any, ...], _SharedEnv]:
     """The process's environment for the file at path (opened on first use; py-lmdb allows one
-    environment per file and process, so every reader of the file shares it)."""
+    environment per file and process, so every reader of the file shares it). fd: the caller's
+    descriptor of path, which names the file (lmdb itself opens it by path)."""
     try:
-        stat = os.stat(path)
+        stat = os.stat(path) if fd is None else os.fstat(fd)
     except OSError as exc:
         raise CorruptShardError(f"cannot open LMDB shard ({exc.strerror})", path=path) from None
     if stat.st_size == 0:
@@ -63,7 +65,7 @@ def _acquire(path: str, readahead: bool) -> Tuple[Tuple[Any, ...], _SharedEnv]:
 
     def opener() -> _SharedEnv:
         try:
-            env = lmdb.open(path, subdir=False, readonly=True, lock=False, meminit=False, create=False,
+            env = lmdb.open(fd_path(fd, path), subdir=False, readonly=True, lock=False, meminit=False, create=False,
                             readahead=readahead, max_readers=MAX_READERS, max_dbs=0)
         except lmdb.Error as exc:
             raise CorruptShardError(f"not a readable LMDB shard ({short_message(exc, path)})", path=path) from None
@@ -82,11 +84,12 @@ class LMDBReader(ShardReader):
     """Random access by key through the mmap'd environment; payloads are copied out of the map
     (an evicted handle unmaps it), array payloads come back as read-only arrays."""
 
-    def __init__(self, path: str, schema: SampleSchema, options: Dict[str, Any]) -> None:
+    def __init__(self, path: str, schema: SampleSchema, readahead: bool = True, fd: Optional[int] = None) -> None:
         self._path = path
         self._schema = schema
         self._shared: Optional[_SharedEnv] = None
-        self._key, shared = _acquire(path, bool(options.get("readahead", True)))
+        self._key, shared = _acquire(path, readahead, fd)
+        self._fd = fd                   # the caller's descriptor of path, used only while opening
         self._shared = shared
         #: Whether this shard's map uses OS readahead.
         self.readahead = shared.readahead
@@ -99,6 +102,8 @@ class LMDBReader(ShardReader):
         except BaseException:
             self.close()
             raise
+        finally:
+            self._fd = None
 
     def _corrupt(self, problem: str) -> CorruptShardError:
         return CorruptShardError(f"corrupt LMDB shard: {problem}", path=self._path)
@@ -106,7 +111,7 @@ class LMDBReader(ShardReader):
     def _check_structure(self, shared: _SharedEnv) -> Tuple[int, np.ndarray]:
         try:
             info, stat = shared.env.info(), shared.env.stat()
-            if os.path.getsize(self._path) < (int(info["last_pgno"]) + 1) * int(stat["psize"]):
+            if os.path.getsize(fd_path(self._fd, self._path)) < (int(info["last_pgno"]) + 1) * int(stat["psize"]):
                 raise self._corrupt("the file is shorter than its pages (truncated)")
             raw = shared.txn.get(META_KEY)
             if raw is None or len(raw) > MAX_META_BYTES:

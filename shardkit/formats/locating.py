@@ -6,9 +6,11 @@ ranges (the format library's own metadata) unchanged since the writer recorded t
 """
 from __future__ import annotations
 
+import contextlib
 import mmap
+import os
 import zlib
-from typing import Any, Callable, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -65,3 +67,17 @@ def map_if(fd: int, describes: Callable[[Any], bool]) -> Optional[mmap.mmap]:
         return view
     view.close()
     return None
+
+
+@contextlib.contextmanager
+def opened(path: str, fd: Optional[int]) -> Iterator[int]:
+    """fd when the caller opened (and checked) the file already, else a read-only descriptor of
+    path closed on exit: the located formats read through whichever they are given."""
+    if fd is not None:
+        yield fd
+        return
+    own = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        yield own
+    finally:
+        os.close(own)

@@ -5,36 +5,19 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..codecs.decode import check_payload_decodes
-from ..errors import CorruptSampleError, CorruptShardError, ManifestError, SampleError, UsageError
-from ..formats import READ_FAILURES, get_format
+from ..errors import ManifestError, UsageError
+from ..formats import get_format, recorded_options
 from ..runtime.isolation import ChildKilled, IsolatedCalls, run_isolated
-from ..integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
 from ..manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, load_manifest
 from ..runtime.progress import Progress
 from ..runtime.workers import default_workers, run_in_workers
+from .shard_checks import Problem, check_shard
 
 MODES = ("quick", "full", "deep")
-#: What a format's library may raise on a damaged file; reported as a problem, never raised.
-_READ_FAILURES = READ_FAILURES
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a dataset, located as precisely as possible."""
-
-    kind: str       # manifest | missing | extra | size | count | checksum | structure | identity | sample
-    message: str
-    shard: Optional[str] = None
-    index: Optional[int] = None
-    key: Optional[str] = None       # the damaged sample's source key, when it can still be read
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {key: value for key, value in asdict(self).items() if value is not None}
 
 
 @dataclass
@@ -169,6 +152,10 @@ def _unreadable_format(dst: str, manifest: Manifest) -> Optional[Problem]:
     if manifest.format_version > fmt.version:
         return Problem("manifest", f"{path}: {fmt.name} format version {manifest.format_version} is newer than "
                                    f"this shardkit reads ({fmt.version}); upgrade shardkit")
+    try:
+        recorded_options(fmt, manifest, dst)
+    except ManifestError as exc:
+        return Problem("manifest", str(exc))
     return None
 
 
@@ -195,14 +182,6 @@ def _extra_files(dst: str, manifest: Manifest) -> List[Problem]:
     extra = sorted(f"{SHARDS_DIR}/{name}" for name in os.listdir(shards_dir))
     return [Problem("extra", f"{Path(dst) / rel}: not listed in {MANIFEST_NAME}", shard=rel)
             for rel in extra if rel not in listed]
-
-
-def _key_of(reader: Any, index: int) -> Optional[str]:
-    """The source key of a sample for a problem report (None when the key table cannot say)."""
-    try:
-        return None if reader is None else reader.key(index)
-    except _READ_FAILURES:
-        return None
 
 
 def _check_batch_isolated(context: Tuple[str, Manifest, str], batch: Tuple[int, int]) -> Any:
@@ -242,91 +221,3 @@ def _killed_check(dst: str, manifest: Manifest, number: int, error: ChildKilled)
                                    f"{error} (a crafted or badly damaged {manifest.format_name} file)",
                       shard=entry.path)
     return [[problem.to_dict()], 0]
-
-
-def check_shard(dst: str, manifest: Manifest, number: int, mode: str) -> Tuple[List[Problem], int]:
-    """Problems found in shard `number`, and how many samples were checked one by one."""
-    entry = manifest.shards[number]
-    path = os.path.join(dst, entry.path)
-    problems: List[Problem] = []
-
-    def problem(kind: str, message: str, index: Optional[int] = None) -> None:
-        key = _key_of(reader, index) if index is not None else None
-        if key is not None:
-            message = message.replace(f"sample {index} ", f"sample {index} (key {key!r}) ", 1)
-        problems.append(Problem(kind, f"{path}: {message}", shard=entry.path, index=index, key=key))
-
-    try:
-        os.close(open_regular(path, dst, entry.size))
-        sized = True
-    except WrongSize as exc:
-        problem("size", f"{exc.size} bytes, manifest says {entry.size} (truncated, extended or replaced)")
-        sized = False
-    except NotAShardFile as exc:
-        problem("structure", f"{exc.problem}; shards are read only as regular files "
-                             "inside DST")
-        return problems, 0
-    except OSError:
-        problem("missing", "shard is missing")
-        return problems, 0
-    if mode in ("full", "deep") and sized:
-        try:
-            if hash_shard_file(path, dst, entry.size) != entry.sha256:
-                problem("checksum", "sha256 does not match the manifest (the file's bytes changed)")
-        except (OSError, ValueError) as exc:
-            problem("checksum", f"cannot be hashed ({exc})")
-    fmt = get_format(manifest.format_name)
-    reader = None
-    try:
-        if mode == "quick":         # the count and identity as the shard records them, cheaply
-            count, dataset_id = fmt.peek(path, manifest.schema, manifest.format_options)
-        else:                       # the reader's structural checks too
-            reader = fmt.open_reader(path, manifest.schema, manifest.format_options)
-            count, dataset_id = len(reader), reader.dataset_id
-    except CorruptShardError as exc:
-        problem("structure", exc.after_file())
-        return problems, 0
-    except _READ_FAILURES as exc:       # a library error the format's own checks did not catch
-        problem("structure", f"cannot be opened ({type(exc).__name__}: {exc})")
-        return problems, 0
-    classes = len(manifest.classes) if manifest.schema.labeled else 0
-    samples = 0
-    try:
-        try:
-            manifest.check_identity(dataset_id, path, number)
-        except CorruptShardError as exc:
-            problem("identity", exc.after_file())
-            return problems, 0
-        if count != entry.num_samples:
-            problem("count", f"holds {count} samples, manifest says {entry.num_samples}")
-        if reader is not None and mode == "deep":
-            try:
-                mismatch = fmt.cross_check(path, manifest.schema, manifest.format_options)
-            except CorruptShardError as exc:
-                mismatch = exc.after_file()
-            if mismatch:
-                problem("structure", mismatch)
-            for index in range(len(reader)):
-                samples += 1
-                try:
-                    encoded = reader.read(index)
-                except CorruptSampleError as exc:
-                    problem("sample", f"sample {exc.index}: {exc.problem}", exc.index)
-                    continue
-                except _READ_FAILURES as exc:
-                    problem("sample", f"sample {index} cannot be read ({exc})", index)
-                    continue
-                if not encoded.crc_ok():
-                    problem("sample", f"sample {index} fails its CRC32 check", index)
-                    continue
-                if classes and not 0 <= encoded.label < classes:
-                    problem("sample", f"sample {index} has label {encoded.label}, outside the {classes} classes",
-                            index)
-                try:
-                    check_payload_decodes(manifest.schema, encoded.payload, manifest.source)
-                except SampleError as exc:
-                    problem("sample", f"sample {index} does not decode ({exc})", index)
-    finally:
-        if reader is not None:
-            reader.close()
-    return problems, samples

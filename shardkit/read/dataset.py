@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import operator
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -11,7 +12,8 @@ import torch.utils.data
 
 from ..codecs.decode import make_decoder
 from ..errors import CorruptSampleError, CorruptShardError, SampleError, UsageError
-from ..formats import SampleChecks, ShardReader, check_version, get_format, open_checked
+from ..formats import (SampleChecks, ShardReader, check_reader, check_version, get_format, open_shard_file, reader_of,
+                       recorded_options)
 from .handles import ShardHandles, default_max_open_shards
 from ..integrity import hash_shard_file
 from ..manifest import Manifest, load_manifest
@@ -49,6 +51,8 @@ class ShardDataset(torch.utils.data.Dataset):
         fmt = self._format
         check_version(fmt, self.manifest.format_version, self.root)
         fmt.reader_options.from_dict(format_options, f"open_dataset ({fmt.name})", also=DATASET_OPTIONS)
+        #: The reader options: the manifest's, with the caller's on top (typed, hashable).
+        self._options = dataclasses.replace(recorded_options(fmt, self.manifest, self.root), **format_options)
         if return_key and self.manifest.format_version < fmt.keys_since:
             raise UsageError(f"written with {fmt.name} format version {self.manifest.format_version}, "
                              f"before samples stored their keys; return_key needs version {fmt.keys_since} "
@@ -64,9 +68,7 @@ class ShardDataset(torch.utils.data.Dataset):
         self.target_transform = target_transform
         self.verify_checksums = verify_checksums
         self.max_open_shards = max_open_shards
-        self._format_options: Dict[str, Any] = {**self.manifest.format_options, **format_options}
-        self._options_key = (self._format.name, repr(sorted(self._format_options.items())),
-                             repr(self.manifest.schema.to_dict()))
+        self._options_key = (self._format.name, self._options, repr(self.manifest.schema.to_dict()))
         self.as_dict = as_dict
         self.return_key = return_key
         self._decoder = self._make_decoder()
@@ -148,9 +150,12 @@ class ShardDataset(torch.utils.data.Dataset):
             return reader
         if self.verify_checksums == "full":
             self._check_sha256_once(shard)
-        reader = handles.get(shard, self._paths[shard], self._options_key, lambda: self._open(shard))
+        path, name = self._paths[shard], f"shard {shard}"
+        reader = handles.get(shard, self._options_key,
+                             lambda: open_shard_file(path, self.root, int(self._sizes[shard]), name),
+                             lambda fd: reader_of(self._format, self.manifest, shard, self._options, path, fd, name))
         try:    # another dataset of the process may have opened the file (shared) after it was replaced
-            self.manifest.check_identity(reader.dataset_id, self._paths[shard], shard)
+            check_reader(reader, self.manifest, shard, path)
         except CorruptShardError:
             handles.discard(shard)
             raise
@@ -172,10 +177,6 @@ class ShardDataset(torch.utils.data.Dataset):
             raise CorruptShardError("fails its sha256 check (its bytes changed after "
                                     "conversion)", path=path, shard=shard)
         self._hashed.add(key)
-
-    def _open(self, shard: int) -> ShardReader:
-        return open_checked(self._format, self.manifest, self.root, shard, self._format_options,
-                            path=self._paths[shard])
 
     def key(self, index: Any) -> Optional[str]:
         """The source key of a sample: its path relative to SRC (image trees), "file:row" (table

@@ -7,11 +7,12 @@ crosses a fork: the registry's generation changes in a child, and every LRU then
 """
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Hashable, Tuple
 
 from ..formats.base import ShardReader
-from .openfiles import OPEN_FILES, file_identity
+from .openfiles import OPEN_FILES
 
 #: Kept free of shard descriptors and maps for the rest of the process (sockets, pipes, libraries).
 DESCRIPTOR_RESERVE = 256
@@ -66,19 +67,25 @@ class ShardHandles:
         self._keys: Dict[int, Hashable] = {}
         self.generation = OPEN_FILES.generation
 
-    def get(self, shard: int, path: str, options_key: Hashable, opener: Callable[[], ShardReader]) -> ShardReader:
-        """The ready reader of a shard, opening (or sharing) it and releasing the least recently used."""
+    def get(self, shard: int, options_key: Hashable, open_fd: Callable[[], int],
+            open_reader: Callable[[int], ShardReader]) -> ShardReader:
+        """The ready reader of a shard: from this LRU, else the process's reader of that file (shared
+        with other datasets), else a new one. open_fd() gives the checked descriptor that names the
+        file (its identity keys the registry); open_reader(fd) opens a reader through it. The least
+        recently used reader beyond capacity is released."""
         if self.generation != OPEN_FILES.generation:
             self.forget()
         reader = self.ready.get(shard)
         if reader is not None:
             self.ready.move_to_end(shard)
             return reader
+        fd = open_fd()
         try:
-            key: Tuple[Any, ...] = (*file_identity(path), options_key)
-        except OSError:
-            key = (path, options_key)       # opener() reports the missing file
-        reader = OPEN_FILES.acquire(key, opener)
+            info = os.fstat(fd)
+            key: Tuple[Any, ...] = (info.st_dev, info.st_ino, options_key)
+            reader = OPEN_FILES.acquire(key, lambda: open_reader(fd))
+        finally:
+            os.close(fd)
         if self.generation != OPEN_FILES.generation:     # acquire() noticed a fork
             self.forget()
         self.ready[shard] = reader

@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from ..errors import CorruptSampleError, CorruptShardError
-from ..formats import SampleChecks, ShardReader, get_format, open_checked
+from ..formats import SampleChecks, ShardReader, get_format, open_checked, recorded_options
 from ..manifest import Manifest, load_manifest
 from ..options import ReshardOptions, RunOptions
 from ..records import Encoded
@@ -140,8 +140,9 @@ class ShardDatasetSource(Source):
 
     # ---- helpers ------------------------------------------------------------------
     def _open(self, shard: int) -> ShardReader:
-        return open_checked(get_format(self.manifest.format_name), self.manifest, self.root, shard,
-                            self.manifest.format_options, role="source shard")
+        fmt = get_format(self.manifest.format_name)
+        return open_checked(fmt, self.manifest, self.root, shard, recorded_options(fmt, self.manifest, self.root),
+                            role="source shard")
 
     def _copy(self, reader: ShardReader, shard: int, local: int) -> Outcome:
         entry = self.manifest.shards[shard]

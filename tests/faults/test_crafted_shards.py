@@ -15,7 +15,7 @@ import pytest
 
 import shardkit
 from shardkit.errors import CorruptShardError, ManifestError
-from shardkit.formats import get_format
+from shardkit.formats import get_format, recorded_options
 from shardkit.manifest import load_manifest
 
 from .crafting import CASES, CRAFTERS, PWNED, forge_manifest, reseal
@@ -39,7 +39,7 @@ def dataset(small_tree: Path, fmt: str, tmp_path: Path) -> Path:
 def _reader(dst: Path, shard: Path):
     manifest = load_manifest(dst)
     fmt = get_format(manifest.format_name)
-    return fmt.open_reader(str(shard), manifest.schema, manifest.format_options)
+    return fmt.open_reader(str(shard), manifest.schema, recorded_options(fmt, manifest, str(dst)))
 
 
 def _read_all(reader) -> None:

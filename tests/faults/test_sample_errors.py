@@ -11,7 +11,7 @@ import pytest
 
 import shardkit
 from shardkit.errors import CorruptSampleError
-from shardkit.formats import get_format
+from shardkit.formats import get_format, recorded_options
 from shardkit.manifest import load_manifest
 from shardkit.formats.packing import DEFAULT_GZIP_LEVEL
 from shardkit.read.handles import HANDLES
@@ -120,7 +120,7 @@ def test_short_lmdb_row_block_names_the_sample(tmp_path: Path) -> None:
     manifest = load_manifest(dst)
     path = shard_paths(dst)[0]
     fmt = get_format("lmdb")
-    reader = fmt.open_reader(str(path), manifest.schema, manifest.format_options)
+    reader = fmt.open_reader(str(path), manifest.schema, recorded_options(fmt, manifest, str(dst)))
     per_block = reader._per_block
     reader.close()
     assert 0 < per_block < 300
@@ -128,7 +128,7 @@ def test_short_lmdb_row_block_names_the_sample(tmp_path: Path) -> None:
     with lmdb.open(str(path), subdir=False, lock=False) as env, env.begin(write=True) as txn:
         second = (1).to_bytes(8, "big")                     # the key of the second block of rows
         assert txn.put(second, bytes(txn.get(second))[:1000])
-    reader = fmt.open_reader(str(path), manifest.schema, manifest.format_options)
+    reader = fmt.open_reader(str(path), manifest.schema, recorded_options(fmt, manifest, str(dst)))
     try:
         assert reader.read(per_block - 1) is not None and reader.read(2 * per_block) is not None
         with pytest.raises(CorruptSampleError) as caught:

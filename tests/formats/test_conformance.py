@@ -45,7 +45,7 @@ class TestFormatConformance:
         samples = _bytes_samples(150)
         path = tmp_path / f"shard{get_format(fmt).extension}"
         write_shard(fmt, path, schema, samples)
-        reader = get_format(fmt).open_reader(str(path), schema, {})
+        reader = get_format(fmt).open_reader(str(path), schema)
         assert len(reader) == len(samples)
         for index in [0, 1, 9, 10, 77, 149, 3]:
             got = reader.read(index)
@@ -64,7 +64,7 @@ class TestFormatConformance:
         samples = _array_samples(40)
         path = tmp_path / f"shard{get_format(fmt).extension}"
         write_shard(fmt, path, schema, samples)
-        reader = get_format(fmt).open_reader(str(path), schema, {})
+        reader = get_format(fmt).open_reader(str(path), schema)
         for index in range(len(samples)):
             got = reader.read(index)
             assert isinstance(got.payload, np.ndarray)
@@ -76,7 +76,7 @@ class TestFormatConformance:
     def test_empty_shard(self, fmt: str, tmp_path: Path) -> None:
         path = tmp_path / f"empty{get_format(fmt).extension}"
         write_shard(fmt, path, BYTES_SCHEMA, [])
-        reader = get_format(fmt).open_reader(str(path), BYTES_SCHEMA, {})
+        reader = get_format(fmt).open_reader(str(path), BYTES_SCHEMA)
         assert len(reader) == 0
         with pytest.raises(IndexError):
             reader.read(0)
@@ -85,7 +85,7 @@ class TestFormatConformance:
     def test_out_of_range(self, fmt: str, tmp_path: Path) -> None:
         path = tmp_path / f"s{get_format(fmt).extension}"
         write_shard(fmt, path, BYTES_SCHEMA, _bytes_samples(5))
-        reader = get_format(fmt).open_reader(str(path), BYTES_SCHEMA, {})
+        reader = get_format(fmt).open_reader(str(path), BYTES_SCHEMA)
         for bad in (5, 100, -1):
             with pytest.raises(IndexError):
                 reader.read(bad)
@@ -96,7 +96,7 @@ class TestFormatConformance:
         samples = [Encoded.make(b"x" * n) for n in range(1, 6)]
         path = tmp_path / f"s{get_format(fmt).extension}"
         write_shard(fmt, path, schema, samples)
-        reader = get_format(fmt).open_reader(str(path), schema, {})
+        reader = get_format(fmt).open_reader(str(path), schema)
         assert [reader.read(i).label for i in range(5)] == [NO_LABEL] * 5
         reader.close()
 
@@ -115,7 +115,7 @@ class TestFormatConformance:
         with open(path, "r+b") as handle:
             handle.truncate(size // 2)
         with pytest.raises(CorruptShardError) as caught:
-            reader = get_format(fmt).open_reader(str(path), BYTES_SCHEMA, {})
+            reader = get_format(fmt).open_reader(str(path), BYTES_SCHEMA)
             for index in range(len(reader)):
                 reader.read(index)
         assert str(path) in str(caught.value)
@@ -124,7 +124,7 @@ class TestFormatConformance:
         path = tmp_path / f"s{get_format(fmt).extension}"
         path.write_bytes(b"this is not a shard at all" * 100)
         with pytest.raises(CorruptShardError) as caught:
-            get_format(fmt).open_reader(str(path), BYTES_SCHEMA, {})
+            get_format(fmt).open_reader(str(path), BYTES_SCHEMA)
         assert str(path) in str(caught.value)
 
     @pytest.mark.parametrize("layout", ["bytes", "array"])

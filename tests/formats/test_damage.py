@@ -44,7 +44,7 @@ for trial in range(trials):
     path = f"{folder}/damaged-{trial}{fmt.extension}"
     open(path, "wb").write(bytes(damaged))
     try:
-        reader = fmt.open_reader(path, schema, {})
+        reader = fmt.open_reader(path, schema)
     except CorruptShardError as exc:
         assert path in str(exc), exc
         outcome = "refused on open"

@@ -28,7 +28,7 @@ def test_an_open_shard_holds_at_most_one_descriptor(tmp_path: Path, name: str, c
     for shard in range(3):
         path = tmp_path / f"s{shard}{fmt.extension}"
         write_shard(name, path, schema, samples)
-        readers.append(fmt.open_reader(str(path), schema, {}))
+        readers.append(fmt.open_reader(str(path), schema))
     assert _descriptors() - before <= 3
     assert all(payload_bytes(reader.read(7).payload) == samples[7].payload for reader in readers)
     for reader in readers:

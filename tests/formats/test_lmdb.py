@@ -15,6 +15,7 @@ import pytest
 import shardkit
 from shardkit.errors import CorruptShardError, UsageError
 from shardkit.formats import get_format
+from shardkit.formats.base import ReadaheadOptions
 from shardkit.formats import lmdb_writer as lmdb_format
 from shardkit.formats.lmdb_layout import RECORD, sample_key
 from shardkit.read.handles import HANDLES
@@ -43,7 +44,7 @@ def test_map_grows_past_its_start_and_the_file_stays_tight(tmp_path: Path) -> No
     psize = 4096
     needed = sum(-(-(32 + len(s.payload) + 16) // psize) * psize for s in samples)
     assert needed < os.path.getsize(path) <= needed + 32 * psize
-    reader = FMT.open_reader(str(path), SCHEMA, {})
+    reader = FMT.open_reader(str(path), SCHEMA)
     assert [_payload(reader.read(i)) == s.payload for i, s in enumerate(samples)] == [True] * len(samples)
     reader.close()
 
@@ -58,7 +59,7 @@ def test_many_small_transactions_and_map_full_retries(tmp_path: Path, monkeypatc
     for name in ("a.lmdb", "b.lmdb"):
         _write(tmp_path / name, samples)
     assert (tmp_path / "a.lmdb").read_bytes() == (tmp_path / "b.lmdb").read_bytes()
-    reader = FMT.open_reader(str(tmp_path / "a.lmdb"), SCHEMA, {})
+    reader = FMT.open_reader(str(tmp_path / "a.lmdb"), SCHEMA)
     assert all(_payload(reader.read(i)) == s.payload for i, s in enumerate(samples))
     reader.close()
     env = lmdb.open(str(tmp_path / "a.lmdb"), subdir=False, readonly=True, lock=False)
@@ -111,7 +112,7 @@ def test_fixed_shape_rows_are_stored_in_blocks_without_headers(tmp_path: Path) -
         crcs = np.frombuffer(txn.get(b"__crc32__"), "<u4")
         assert crcs.tolist() == [zlib.crc32(row.tobytes()) for row in rows]
     env.close()
-    reader = FMT.open_reader(str(path), schema, {})
+    reader = FMT.open_reader(str(path), schema)
     for index in (0, per_block - 1, per_block, 11999):
         encoded = reader.read(index)
         assert encoded.payload.tolist() == rows[index].tolist() and encoded.crc_ok()
@@ -131,19 +132,19 @@ def test_two_readers_of_one_file_share_the_environment(tmp_path: Path) -> None:
     path = tmp_path / "s.lmdb"
     samples = sized_samples(10, 100)
     _write(path, samples)
-    first = FMT.open_reader(str(path), SCHEMA, {})
-    second = FMT.open_reader(str(path), SCHEMA, {})
+    first = FMT.open_reader(str(path), SCHEMA)
+    second = FMT.open_reader(str(path), SCHEMA)
     first.close()
     assert _payload(second.read(9)) == samples[9].payload
     second.close()
-    third = FMT.open_reader(str(path), SCHEMA, {})     # the last close really closed it
+    third = FMT.open_reader(str(path), SCHEMA)     # the last close really closed it
     assert len(third) == 10
     third.close()
     assert sorted(os.listdir(tmp_path)) == ["s.lmdb"]     # readers leave no lock file
 
 
 def _read_in_child(path: str, queue: "multiprocessing.Queue") -> None:
-    reader = FMT.open_reader(path, SCHEMA, {})
+    reader = FMT.open_reader(path, SCHEMA)
     queue.put(_payload(reader.read(4)))
     reader.close()
 
@@ -152,7 +153,7 @@ def test_a_forked_child_opens_its_own_environment(tmp_path: Path) -> None:
     path = tmp_path / "s.lmdb"
     samples = sized_samples(10, 5000)
     _write(path, samples)
-    parent = FMT.open_reader(str(path), SCHEMA, {})
+    parent = FMT.open_reader(str(path), SCHEMA)
     parent.read(0)
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
@@ -169,7 +170,7 @@ def test_fork_while_locks_are_held_does_not_hang_the_child(tmp_path: Path) -> No
     path = tmp_path / "s.lmdb"
     samples = sized_samples(10, 5000)
     _write(path, samples)
-    parent = FMT.open_reader(str(path), SCHEMA, {})
+    parent = FMT.open_reader(str(path), SCHEMA)
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_read_in_child, args=(str(path), queue))
@@ -203,7 +204,7 @@ def test_both_readahead_settings_read_the_same_bytes(tmp_path: Path) -> None:
     samples = sized_samples(6, 200_000)
     _write(path, samples)
     for readahead in (False, True):
-        reader = FMT.open_reader(str(path), SCHEMA, {"readahead": readahead})
+        reader = FMT.open_reader(str(path), SCHEMA, ReadaheadOptions(readahead))
         assert reader.readahead is readahead
         assert all(_payload(reader.read(i)) == s.payload for i, s in enumerate(samples))
         reader.close()
@@ -214,7 +215,7 @@ def test_arrays_come_back_read_only(tmp_path: Path) -> None:
     arrays = [np.arange(6, dtype=np.float32) * k for k in range(5)]
     path = tmp_path / "a.lmdb"
     _write(path, [Encoded.make(a, 0) for a in arrays], schema)
-    reader = FMT.open_reader(str(path), schema, {})
+    reader = FMT.open_reader(str(path), schema)
     got = reader.read(3).payload
     assert got.dtype == np.float32 and not got.flags.writeable
     np.testing.assert_array_equal(got, arrays[3])
@@ -242,7 +243,7 @@ def test_malformed_shards_are_refused_on_open(tmp_path: Path, change, message: s
     _write(path, sized_samples(10, 100))
     _rewrite(path, change)
     with pytest.raises(CorruptShardError, match=message) as caught:
-        FMT.open_reader(str(path), SCHEMA, {})
+        FMT.open_reader(str(path), SCHEMA)
     assert str(path) in str(caught.value)
 
 
@@ -263,7 +264,7 @@ def test_damaged_record_header_names_the_sample(tmp_path: Path, field: int, valu
     with open(path, "r+b") as handle:
         handle.seek(offset + field)
         handle.write(value)
-    reader = FMT.open_reader(str(path), SCHEMA, {})
+    reader = FMT.open_reader(str(path), SCHEMA)
     assert _payload(reader.read(5)) == samples[5].payload
     with pytest.raises(CorruptShardError, match=message) as caught:
         reader.read(6)
@@ -277,7 +278,7 @@ def test_truncated_to_a_page_boundary(tmp_path: Path) -> None:
     with open(path, "r+b") as handle:
         handle.truncate(os.path.getsize(path) - 4096 * 3)
     with pytest.raises(CorruptShardError, match="truncated") as caught:
-        FMT.open_reader(str(path), SCHEMA, {})
+        FMT.open_reader(str(path), SCHEMA)
     assert str(path) in str(caught.value)
 
 
@@ -286,7 +287,7 @@ def test_empty_and_missing_files(tmp_path: Path) -> None:
     empty.write_bytes(b"")
     for path in (empty, tmp_path / "missing.lmdb"):
         with pytest.raises(CorruptShardError) as caught:
-            FMT.open_reader(str(path), SCHEMA, {})
+            FMT.open_reader(str(path), SCHEMA)
         assert str(path) in str(caught.value)
     assert not (tmp_path / "missing.lmdb").exists()
 

@@ -61,7 +61,7 @@ def test_payloads_are_read_only_views_of_the_mapping(tmp_path: Path) -> None:
     path = tmp_path / "s.pt"
     samples = sized_samples(5, 1000)
     _write(path, samples)
-    reader = FMT.open_reader(str(path), SCHEMA, {})
+    reader = FMT.open_reader(str(path), SCHEMA)
     payload = reader.read(2).payload
     assert isinstance(payload, np.ndarray) and payload.dtype == np.uint8 and payload.ndim == 1
     assert not payload.flags.writeable and not payload.flags.owndata
@@ -86,7 +86,7 @@ def test_open_shards_cost_no_private_memory(tmp_path: Path) -> None:
         _write(path, [Encoded.make(payload, k) for k in range(4)])
         paths.append(path)
     before = _rss_anon_kib()
-    readers = [FMT.open_reader(str(path), SCHEMA, {}) for path in paths]
+    readers = [FMT.open_reader(str(path), SCHEMA) for path in paths]
     for reader in readers:
         assert reader.read(3).crc_ok()
     grown = _rss_anon_kib() - before
@@ -134,12 +134,12 @@ def test_malformed_contents_are_refused(tmp_path: Path, content, message) -> Non
     path = tmp_path / "s.pt"
     torch.save(content, str(path))
     if message is None:            # the unchanged control opens
-        reader = FMT.open_reader(str(path), SCHEMA, {})
+        reader = FMT.open_reader(str(path), SCHEMA)
         assert len(reader) == 2
         reader.close()
         return
     with pytest.raises(CorruptShardError, match=message) as caught:
-        FMT.open_reader(str(path), SCHEMA, {})
+        FMT.open_reader(str(path), SCHEMA)
     assert str(path) in str(caught.value)
 
 
@@ -151,7 +151,7 @@ def test_pickled_objects_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "s.pt"
     torch.save(_with(extra=Sneaky()), str(path))
     with pytest.raises(CorruptShardError, match="not a readable .pt shard") as caught:
-        FMT.open_reader(str(path), SCHEMA, {})
+        FMT.open_reader(str(path), SCHEMA)
     assert str(path) in str(caught.value)
 
 
@@ -164,7 +164,7 @@ def test_compressed_length_claims_are_checked_before_inflating(tmp_path: Path) -
     for claim, message in ((10 ** 12, "cannot hold"), (99, "does not inflate to its recorded 99 bytes")):
         path = tmp_path / f"claim{claim}.pt"
         torch.save(dict(shard, raw_lengths=torch.tensor([claim])), str(path))
-        reader = FMT.open_reader(str(path), schema, {})
+        reader = FMT.open_reader(str(path), schema)
         with pytest.raises(CorruptShardError, match=message):
             reader.read(0)
         reader.close()
@@ -175,5 +175,5 @@ def test_empty_and_missing_files(tmp_path: Path) -> None:
     empty.write_bytes(b"")
     for path in (empty, tmp_path / "missing.pt"):
         with pytest.raises(CorruptShardError) as caught:
-            FMT.open_reader(str(path), SCHEMA, {})
+            FMT.open_reader(str(path), SCHEMA)
         assert str(path) in str(caught.value)

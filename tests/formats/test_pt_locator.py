@@ -29,7 +29,7 @@ def test_located_reads_equal_torch_load_reads_for_every_layout(golden: Path) -> 
     schema = ds.manifest.schema
     for entry in ds.manifest.shards:
         path = str(golden / entry.path)
-        fast, slow = PTReader(path, schema, {}), PTReader(path, schema, {}, located=False)
+        fast, slow = PTReader(path, schema), PTReader(path, schema, located=False)
         assert fast._map is not None                   # opened without unpickling
         assert (len(fast), fast.dataset_id, fast.labels().tolist()) == \
             (len(slow), slow.dataset_id, slow.labels().tolist())
@@ -107,7 +107,7 @@ def test_a_flipped_locator_byte_is_refused(tmp_path: Path, back: int) -> None:
     data[-back - 8] ^= 0x10         # inside the trailer or the JSON before it (the magic is the last 8 bytes)
     shard.write_bytes(bytes(data))
     with pytest.raises(CorruptShardError, match=r"shard-00000.pt: corrupt .pt shard: locator"):
-        PTReader(str(shard), shardkit.open_dataset(GOLDEN / "pt-v3").manifest.schema, {})
+        PTReader(str(shard), shardkit.open_dataset(GOLDEN / "pt-v3").manifest.schema)
 
 
 def test_an_archive_rewritten_by_torch_reads_through_torch_load(tmp_path: Path) -> None:

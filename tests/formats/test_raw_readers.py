@@ -111,7 +111,7 @@ def test_shardkit_reads_the_hand_made_array_datasets(raw_cases: tuple) -> None:
             continue
         got = []
         for entry in manifest.shards:
-            reader = get_format(fmt).open_reader(str(Path(dst) / entry.path), manifest.schema, {})
+            reader = get_format(fmt).open_reader(str(Path(dst) / entry.path), manifest.schema)
             for index in range(len(reader)):
                 encoded = reader.read(index)
                 assert encoded.crc_ok()

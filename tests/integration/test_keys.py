@@ -144,7 +144,7 @@ def test_keys_are_read_lazily_and_checked(tmp_path: Path, image_tree: Path, fmt:
 def _key_data(dst: Path) -> bytes:
     """The stored key bytes of shard 0, read the way formats/keys.md says (through the format)."""
     reader = get_format(json.loads((dst / "manifest.json").read_text())["format"]["name"]).open_reader(
-        str(dst / "shards" / sorted(os.listdir(dst / "shards"))[0]), shardkit.open_dataset(dst).schema, {})
+        str(dst / "shards" / sorted(os.listdir(dst / "shards"))[0]), shardkit.open_dataset(dst).schema)
     table = reader._keys
     blocks = np.asarray(table._load_blocks())
     data = table._load_bytes(0, int(blocks[-1]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import pytest
 
@@ -30,8 +30,9 @@ def test_quick_checks_what_peek_reports_without_opening_a_reader(writable_datase
     real_peek = cls.peek
     names = [path.name for path in _paths(writable_dataset)]
 
-    def peek(self: Any, path: str, schema: SampleSchema, options: Dict[str, Any]) -> Tuple[int, Optional[str]]:
-        count, dataset_id = real_peek(self, path, schema, options)
+    def peek(self: Any, path: str, schema: SampleSchema, options: Any = None,
+             fd: Optional[int] = None) -> Tuple[int, Optional[str]]:
+        count, dataset_id = real_peek(self, path, schema, options, fd)
         if path.endswith(names[1]):
             return count + 1, dataset_id
         if path.endswith(names[2]):
@@ -50,7 +51,7 @@ def test_quick_checks_what_peek_reports_without_opening_a_reader(writable_datase
     monkeypatch.setattr(cls, "open_reader", no_reader)
     with pytest.raises(AssertionError, match="opened a reader"):
         shardkit.verify(str(writable_dataset), mode="quick", workers=1)   # the default peek opens one
-    monkeypatch.setattr(cls, "peek", lambda self, path, schema, options: (16, None))
+    monkeypatch.setattr(cls, "peek", lambda self, path, schema, options=None, fd=None: (16, None))
     assert [p.kind for p in shardkit.verify(str(writable_dataset), mode="quick", workers=1).problems] == \
         ["identity"] * len(names)
 

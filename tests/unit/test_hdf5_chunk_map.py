@@ -37,7 +37,7 @@ def test_bytes_layout_reads_every_sample_across_chunk_gaps(tmp_path: Path, monke
     ends = np.cumsum([len(p) for p in payloads])
     starts = ends - [len(p) for p in payloads]
     assert any(((starts < k * 4096) & (ends > k * 4096)).any() for k in gaps), "a sample must straddle a gap"
-    reader = hdf5.FORMAT.open_reader(str(path), schema, {})
+    reader = hdf5.FORMAT.open_reader(str(path), schema)
     try:
         assert reader._flat is not None   # served from the mmap, not through h5py
         for index, expected in enumerate(payloads):
@@ -56,7 +56,7 @@ def test_array_layout_reads_every_sample_across_chunk_gaps(tmp_path: Path, monke
     schema = SampleSchema(kind="image", layout="array", shape=(4, 4, 3))
     _write(path, schema, arrays)
     assert (np.diff(_chunk_offsets(path)) != 96).any()
-    reader = hdf5.FORMAT.open_reader(str(path), schema, {})
+    reader = hdf5.FORMAT.open_reader(str(path), schema)
     try:
         assert reader._flat is not None
         for index in (0, 1, 127, 128, 129, 255, 300):
@@ -72,7 +72,7 @@ def test_compressed_data_is_read_through_h5py(tmp_path: Path) -> None:
     path = tmp_path / "shard.h5"
     schema = SampleSchema(kind="image", compression="gzip")
     _write(path, schema, payloads)
-    reader = hdf5.FORMAT.open_reader(str(path), schema, {})
+    reader = hdf5.FORMAT.open_reader(str(path), schema)
     try:
         assert reader._flat is None
         assert [bytes(reader.read(k).payload) for k in range(20)] == payloads

@@ -17,6 +17,7 @@ LAYERS = {
     "runtime.progress": 1, "runtime.interrupt": 1, "runtime.workers": 1, "runtime.isolation": 1,
     "sources": 2, "formats": 2,
     "write.sink": 3, "write.commit": 3, "write.parallel": 3, "write.ray_executor": 3, "read.handles": 3,
+    "ops.shard_checks": 3,
     "write.conversion": 4, "ops.verification": 4, "ops.info": 4, "ops.merging": 4,
     "read.dataset": 4, "read.batches": 4, "read.sampler": 4, "read.splits": 4,
     "ops.bench": 5, "ops.bench_plot": 5, "ops.demo": 5, "read.stream": 5,

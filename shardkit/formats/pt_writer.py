@@ -1,0 +1,94 @@
+"""Writes a .pt shard: payloads packed into one byte buffer, torch.save at close, then the locator."""
+from __future__ import annotations
+
+from array import array
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ..records import Encoded, EncodedRows
+from ..schema import SampleSchema
+from .base import ShardWriter
+from .keys import KeyPacker
+from .packing import compress, payload_bytes, raw_rows
+from .pt_layout import FORMAT_NAME, FORMAT_VERSION
+from .pt_locator import seal
+
+
+def _tensor(buffer: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor sharing a non-empty buffer's memory (torch.frombuffer refuses empty ones)."""
+    if len(buffer) == 0:
+        return torch.zeros(0, dtype=dtype)
+    return torch.frombuffer(buffer, dtype=dtype)
+
+
+class PTWriter(ShardWriter):
+    """Packs payloads into one growing byte buffer; torch.save writes everything at close."""
+
+    def __init__(self, path: str, schema: SampleSchema, dataset_id: str) -> None:
+        self._path = path
+        self._schema = schema
+        self._dataset_id = dataset_id
+        self._keys = KeyPacker()
+        self._data: Optional[bytearray] = bytearray()
+        self._offsets = array("q", [0])
+        self._raw_lengths = array("q")
+        self._labels = array("q")
+        self._crcs = array("q")
+
+    def append(self, sample: Encoded) -> None:
+        if self._data is None:
+            raise ValueError(f"{self._path}: append after close")
+        raw = payload_bytes(self._schema, sample.payload)
+        stored, _ = compress(self._schema, raw)
+        self._data += stored
+        self._offsets.append(len(self._data))
+        self._raw_lengths.append(len(raw))
+        self._labels.append(int(sample.label))
+        self._crcs.append(int(sample.crc32) & 0xFFFFFFFF)
+        self._keys.add(sample.key)
+
+    def append_many(self, samples: Sequence[Encoded]) -> None:
+        """A block of uncompressed fixed-shape rows is packed at once (the same bytes as append())."""
+        rows = raw_rows(self._schema, samples) if self._schema.compression == "none" else None
+        if rows is None or self._data is None:
+            super().append_many(samples)
+            return
+        assert isinstance(samples, EncodedRows)
+        count, width = rows.shape
+        start = len(self._data)
+        self._data += memoryview(rows.reshape(-1))
+        self._offsets.extend(range(start + width, start + width * count + 1, width) if width else [start] * count)
+        self._raw_lengths.extend([width] * count)
+        self._labels.extend(samples.labels)
+        self._crcs.extend(crc & 0xFFFFFFFF for crc in samples.crcs)
+        self._keys.extend(samples.keys, len(samples))
+
+    def close(self) -> None:
+        if self._data is None:
+            return
+        schema = self._schema
+        shard = {
+            "shardkit_format": FORMAT_NAME, "format_version": FORMAT_VERSION, "layout": schema.layout,
+            "dtype": schema.dtype if schema.is_array else None,
+            "shape": list(schema.shape) if schema.is_array else None,
+            "compression": schema.compression, "num_samples": len(self._labels),
+            "data": _tensor(self._data, torch.uint8), "offsets": _tensor(self._offsets, torch.int64),
+            "raw_lengths": _tensor(self._raw_lengths, torch.int64), "labels": _tensor(self._labels, torch.int64),
+            "crc32": _tensor(self._crcs, torch.int64), "dataset_id": self._dataset_id,
+        }
+        key_data, key_blocks = self._keys.finish()
+        shard["keys"] = _tensor(bytearray(key_data), torch.uint8)
+        shard["key_blocks"] = torch.from_numpy(key_blocks)
+        # A file object (not a path) keeps the archive's inner folder name fixed ("archive"),
+        # so the bytes do not depend on the (temporary) file name.
+        with open(self._path, "wb") as handle:
+            torch.save(shard, handle)
+        fields = {name: value for name, value in shard.items() if not isinstance(value, torch.Tensor)}
+        seal(self._path, fields, {name: value.numel() * value.element_size() for name, value in shard.items()
+                                  if isinstance(value, torch.Tensor)})
+        del shard
+        self._data = None
+
+    def abort(self) -> None:
+        self._data = None
