@@ -88,8 +88,8 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
                          on_killed=lambda batch, error: _killed_batch(dst, manifest, mode, batch, error))
         else:
             started, number = time.monotonic(), 0
-            while number < len(batches) and (number == 0 or workers == 1
-                                             or time.monotonic() - started < LOCAL_SECONDS):
+            while number < len(batches) and (number == 0 or workers == 1 or _finish_here(
+                    time.monotonic() - started, batches[number - 1][1], shards - batches[number - 1][1])):
                 done(number, _check_batch(dst, manifest, mode, batches[number]))
                 number += 1
             rest = range(number, len(batches))
@@ -107,11 +107,18 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
     return report
 
 
-#: Seconds of checking done in this process (the first batch at least) before the shards left go to
-#: worker processes: about what starting workers costs (each imports shardkit and its format's
-#: library), so a verify done sooner, e.g. --quick where the format records counts and identity
-#: cheaply, starts none.
-LOCAL_SECONDS = 1.0
+#: About what starting verify's workers costs, in seconds (each is spawned and imports shardkit and
+#: its format's library): while the shards left would take less than this here, they are checked
+#: here, so a verify that is done sooner (--quick, where a format records counts and identity
+#: cheaply) starts none.
+WORKER_START_SECONDS = 1.0
+
+
+def _finish_here(elapsed: float, checked: int, left: int) -> bool:
+    """Whether the shards left are checked in this process: at the rate so far they take less
+    than starting workers would."""
+    return elapsed / max(checked, 1) * left < WORKER_START_SECONDS
+
 
 #: Shards per verify task at most: few enough to spread a small dataset over the workers, enough
 #: that a task's overhead (a round trip to a worker) is small next to its shards' checks.

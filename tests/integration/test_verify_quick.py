@@ -79,6 +79,25 @@ def test_shards_checked_here_and_in_workers_give_the_same_report(
     names = [path.name for path in _paths(dst)]
     assert ("size", f"shards/{names[0]}") in kinds and ("missing", f"shards/{names[3]}") in kinds
     assert ("identity", f"shards/{names[5]}") in kinds
-    monkeypatch.setattr(verification, "LOCAL_SECONDS", 0.0)      # the first batch here, the rest in workers
+    monkeypatch.setattr(verification, "WORKER_START_SECONDS", 0.0)    # the first batch here, the rest in workers
     split = shardkit.verify(str(dst), mode=mode, workers=2)
     assert split.to_dict() == here.to_dict()
+
+
+def test_shards_that_check_quickly_here_start_no_worker(writable_dataset: Path, fmt: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the shards left would be checked here sooner than workers start, no worker starts.
+    (Mutation: always handing the rest to workers after the first batch: this fails.)"""
+    if get_format(fmt).crafted_files_crash:
+        pytest.skip("its shards are checked in child processes (isolation.py)")
+
+    def no_workers(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("verify started workers")
+
+    monkeypatch.setattr(verification, "run_in_workers", no_workers)
+    monkeypatch.setattr(verification, "_BATCH_SHARDS", 1)            # a batch per shard
+    monkeypatch.setattr(verification, "WORKER_START_SECONDS", 60.0)
+    assert shardkit.verify(str(writable_dataset), mode="quick", workers=2).ok
+    monkeypatch.setattr(verification, "WORKER_START_SECONDS", 0.0)
+    with pytest.raises(AssertionError, match="started workers"):
+        shardkit.verify(str(writable_dataset), mode="quick", workers=2)
