@@ -65,11 +65,9 @@ class HDF5Format(ShardFormat):
         file (its metadata CRC32, as a reader checks it); else by opening it with every structure
         check, so a shard edited with HDF5 tools after it was written is looked at in full."""
         with opened(path, fd) as descriptor:
-            found = located(descriptor, path)
-        if found is None:
+            locator = located(descriptor, path)
+        if locator is None:
             return super().peek(path, schema, options, fd)
-        locator, view = found
-        view.close()
         return locator.count, locator.dataset_id
 
     def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None) -> Optional[str]:

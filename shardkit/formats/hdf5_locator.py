@@ -37,8 +37,9 @@ _RANGE = struct.Struct("<QQ")
 _CRC = struct.Struct("<I")
 #: flags: the data is stored uncompressed in `chunks` (else a reader reads it through h5py).
 MAPPED = 1
-#: Bytes read first: the whole locator of a shard of up to ~250 chunks (1 MiB each).
-FIRST_READ = 4096
+#: Bytes read first: the whole locator of a shard of up to ~2,000 chunks (1 MiB each) and, in a
+#: shard of a few hundred small samples, all of HDF5's metadata (what `describes` checks).
+FIRST_READ = 16 << 10
 #: Largest locator accepted (one address per chunk of at least 64 KiB: 1 TiB of data).
 MAX_LOCATOR = 128 << 20
 
@@ -108,10 +109,11 @@ def seal(path: str, locator: Locator) -> None:
         handle.write(encoded)
 
 
-def read_head(fd: int, path: str) -> Optional[bytes]:
-    """The locator's bytes at the start of an open shard, or None when it starts with HDF5's
-    signature instead (versions 1-2); CorruptShardError when it starts with neither."""
-    head = os.pread(fd, FIRST_READ, 0)
+def read_head(fd: int, path: str, first: Optional[bytes] = None) -> Optional[bytes]:
+    """The locator's bytes at the start of an open shard (first: its first FIRST_READ bytes, when
+    read already), or None when it starts with HDF5's signature instead (versions 1-2);
+    CorruptShardError when it starts with neither."""
+    head = os.pread(fd, FIRST_READ, 0) if first is None else first
     if head.startswith(HDF5_SIGNATURE):
         return None
     if not head.startswith(MAGIC):

@@ -15,10 +15,10 @@ from ..records import Encoded
 from ..schema import SampleSchema
 from .base import ShardReader
 from .hdf5_layout import FORMAT_VERSION, MAX_EXPANSION
-from .hdf5_locator import Locator, describes, parse, read_head
+from .hdf5_locator import FIRST_READ, Locator, describes, parse, read_head
 from .hdf5_safety import check_self_contained, disable_filter_plugins
 from .keys import KeyTable
-from .locating import close_map, map_if, opened
+from .locating import FileView, close_map, map_file, opened
 
 #: Reader chunk cache: room for a few chunks; random access gains nothing from more.
 CHUNK_CACHE_BYTES = 8 << 20
@@ -89,12 +89,14 @@ class HDF5Reader(ShardReader):
         it was written (then h5py opens it with every structure check)."""
         try:
             with opened(self._path, self._fd) as fd:
-                found = located(fd, self._path)
+                locator = located(fd, self._path)
+                view = None if locator is None else map_file(fd, locator.file_size)
         except FileNotFoundError:
             return False            # h5py reports it
-        if found is None:
+        except ValueError as exc:   # changed size since its check
+            raise self._corrupt(str(exc)) from None
+        if locator is None or view is None:
             return False
-        locator, view = found
         self._use_map(view)
         try:
             self._use_locator(locator)
@@ -359,16 +361,16 @@ def short_error(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def located(fd: int, path: str) -> Optional[Tuple[Locator, mmap.mmap]]:
-    """A version-3 shard's locator and a read-only map of the file, when the locator maps the
-    data and still describes the file (what a reader and peek may trust); None otherwise, and
+def located(fd: int, path: str) -> Optional[Locator]:
+    """A version-3 shard's locator, when it maps the data and still describes the file (what a
+    reader and peek may trust), checked with preads (one, for a small shard); None otherwise, and
     h5py reads the shard. CorruptShardError when the locator itself is damaged."""
-    raw = read_head(fd, path)
+    first = os.pread(fd, FIRST_READ, 0)
+    raw = read_head(fd, path, first)
     if raw is None:
         return None
     size = os.fstat(fd).st_size
     locator = parse(raw, path, size)
-    if not locator.mapped:
+    if not locator.mapped or not describes(locator, FileView(fd, size, first), size):
         return None
-    view = map_if(fd, lambda flat: describes(locator, flat, size))
-    return None if view is None else (locator, view)
+    return locator

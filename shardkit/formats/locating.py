@@ -10,9 +10,8 @@ import contextlib
 import mmap
 import os
 import zlib
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
-import numpy as np
 
 Range = Tuple[int, int]
 
@@ -56,17 +55,38 @@ def close_map(mapping: Optional[mmap.mmap]) -> None:
             pass
 
 
-def map_if(fd: int, describes: Callable[[Any], bool]) -> Optional[mmap.mmap]:
-    """A read-only map of the open file when describes(its bytes as a uint8 array) holds (the
-    locator was written for this very file); None, with nothing left mapped, otherwise."""
+class FileView:
+    """The bytes of an open file as a locator's checks read them: a few small ranges, sliced out of
+    the chunk read first (a shard's locator and, in a small shard, all its metadata) or read with
+    one pread each, never through a fresh map (whose first touch of each page costs a fault)."""
+
+    def __init__(self, fd: int, size: int, first: bytes, first_offset: int = 0) -> None:
+        self.fd, self.size = fd, size
+        self._first, self._first_offset = memoryview(first), first_offset
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, item: slice) -> "bytes | memoryview":
+        begin, end, _ = item.indices(self.size)
+        end = max(begin, end)
+        low = begin - self._first_offset
+        if low >= 0 and end - self._first_offset <= len(self._first):
+            return self._first[low:end - self._first_offset]
+        data = os.pread(self.fd, end - begin, begin)
+        if len(data) != end - begin:
+            raise OSError(f"read {len(data)} of {end - begin} bytes at {begin}: the file changed size")
+        return data
+
+
+def map_file(fd: int, size: int) -> mmap.mmap:
+    """A read-only map of the open file, which must still have the size its locator was checked
+    against (ValueError otherwise: the file changed after the check)."""
     view = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    flat = np.frombuffer(view, dtype=np.uint8)
-    matches = describes(flat)
-    del flat                    # no export of the map may outlive the check
-    if matches:
-        return view
-    view.close()
-    return None
+    if len(view) != size:
+        view.close()
+        raise ValueError(f"the file has {len(view)} bytes, {size} when it was checked")
+    return view
 
 
 @contextlib.contextmanager

@@ -56,11 +56,9 @@ class PTFormat(ShardFormat):
         """From the locator (one pread of the file's tail, checked) when the shard has one that
         still describes the archive (as a reader checks it); else by opening it with torch.load."""
         with opened(path, fd) as descriptor:
-            found = located(descriptor, path)
-        if found is None:
+            locator = located(descriptor, path)
+        if locator is None:
             return super().peek(path, schema, options, fd)
-        locator, view = found
-        view.close()
         return locator.count, locator.dataset_id
 
     def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None) -> Optional[str]:

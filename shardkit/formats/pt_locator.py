@@ -32,6 +32,8 @@ TENSORS = (("data", 1), ("offsets", 8), ("raw_lengths", 8), ("labels", 8), ("crc
 _TRAILER = struct.Struct("<QIII8s")
 _END = struct.Struct("<4s4H2IH")            # zip end-of-central-directory record
 _END_SIGNATURE = b"PK\x05\x06"
+#: A shard up to this size is read whole at once: its locator and every byte `describes` checks.
+FIRST_READ = 16 << 10
 #: Largest locator JSON (a zip comment holds at most 65,535 bytes).
 MAX_JSON = 65535 - _TRAILER.size
 
@@ -111,11 +113,12 @@ def _tensor_ranges(path: str, nbytes: Dict[str, int]) -> Optional[Dict[str, Tupl
     return tables
 
 
-def read_locator(fd: int, path: str, file_size: int) -> Optional[Tuple[PTLocator, int]]:
-    """(the locator, its bytes) at the end of an open .pt shard, or None when it has none."""
+def read_locator(fd: int, path: str, file_size: int, whole: bytes = b"") -> Optional[Tuple[PTLocator, int]]:
+    """(the locator, its bytes) at the end of an open .pt shard, or None when it has none (whole:
+    the file's bytes, when read already)."""
     if file_size < _TRAILER.size + _END.size:
         return None
-    tail = os.pread(fd, min(file_size, 4096), max(0, file_size - 4096))
+    tail = whole[-4096:] if len(whole) == file_size else os.pread(fd, min(file_size, 4096), max(0, file_size - 4096))
     if not tail.endswith(MAGIC):
         end = tail.rfind(_END_SIGNATURE)
         if 0 <= end <= len(tail) - _END.size and _END.unpack_from(tail, end)[-1] != len(tail) - end - _END.size:

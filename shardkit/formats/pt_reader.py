@@ -17,10 +17,10 @@ from ..records import Encoded, Payload
 from ..schema import SampleSchema
 from .base import ShardReader
 from .keys import KeyTable
-from .locating import close_map, map_if, opened
+from .locating import FileView, close_map, map_file, opened
 from .packing import restore
 from .pt_layout import FORMAT_NAME, FORMAT_VERSION
-from .pt_locator import TENSORS, PTLocator, describes, read_locator
+from .pt_locator import FIRST_READ, TENSORS, PTLocator, describes, read_locator
 
 #: The tensors of every version and (version 2 on) the key tensors, with their torch dtype names.
 _TENSORS = {"data": "uint8", "offsets": "int64", "raw_lengths": "int64", "labels": "int64", "crc32": "int64"}
@@ -90,12 +90,14 @@ class PTReader(ShardReader):
         after it was written (then torch.load opens it)."""
         try:
             with opened(self._path, fd) as descriptor:
-                found = located(descriptor, self._path)
+                locator = located(descriptor, self._path)
+                self._map = None if locator is None else map_file(descriptor, locator.file_size)
         except FileNotFoundError:
             return None             # torch.load reports it
-        if found is None:
+        except ValueError as exc:   # changed size since its check
+            raise self._corrupt(str(exc)) from None
+        if locator is None or self._map is None:
             return None
-        locator, self._map = found
         flat = np.frombuffer(self._map, dtype=np.uint8)
         arrays = {}
         for name, itemsize in TENSORS:
@@ -197,13 +199,14 @@ class PTReader(ShardReader):
         self._map = None
 
 
-def located(fd: int, path: str) -> Optional[Tuple[PTLocator, mmap.mmap]]:
-    """A version-3 shard's locator and a read-only map of the file, when the locator still
-    describes the archive (what a reader and peek may trust); None otherwise, and torch.load
-    reads the shard. CorruptShardError when the locator itself is damaged."""
-    found = read_locator(fd, path, os.fstat(fd).st_size)
+def located(fd: int, path: str) -> Optional[PTLocator]:
+    """A version-3 shard's locator, when it still describes the archive (what a reader and peek may
+    trust), checked with preads (one, for a small shard); None otherwise, and torch.load reads the
+    shard. CorruptShardError when the locator itself is damaged."""
+    size = os.fstat(fd).st_size
+    first = os.pread(fd, FIRST_READ, 0) if size <= FIRST_READ else b""
+    found = read_locator(fd, path, size, first)
     if found is None:
         return None
     locator, comment = found
-    view = map_if(fd, lambda flat: describes(locator, flat, comment))
-    return None if view is None else (locator, view)
+    return locator if describes(locator, FileView(fd, size, first), comment) else None
