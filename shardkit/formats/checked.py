@@ -111,43 +111,58 @@ def open_unchecked(fmt: ShardFormat, path: str, schema: SampleSchema, options: O
 
 
 class SampleChecks:
-    """Reads samples of one dataset's shards, reporting damage as CorruptSampleError."""
+    """Reads samples of the shards of one manifest (under root), reporting damage as
+    CorruptSampleError: a shard is named by its number, and its file and manifest name are made
+    only for an error (a read of one sample from each of 10,000 shards joins no path)."""
 
-    def __init__(self, classes: int, verify: bool) -> None:
-        self.classes = classes      # labels must lie in [0, classes) when classes > 0
+    def __init__(self, manifest: Manifest, root: str, verify: bool) -> None:
+        self.classes = len(manifest.classes) if manifest.schema.labeled else 0   # labels in [0, classes)
         self.verify = verify        # check CRC32 and label range
+        self._names = manifest.shards.paths
+        self._root = root
 
-    def read(self, reader: ShardReader, path: str, shard: str, local: int, index: Optional[int] = None) -> Encoded:
-        """Sample `local` of the reader (shard: the manifest's name of it; index: the global index)."""
+    def where(self, shard: int) -> "tuple[str, str]":
+        """(file, manifest name) of a shard."""
+        name = self._names[shard]
+        return os.path.join(self._root, name), name
+
+    def read(self, reader: ShardReader, shard: int, local: int, index: Optional[int] = None) -> Encoded:
+        """Sample `local` of the reader of shard number `shard` (index: its global index)."""
         try:
             encoded = reader.read(local)
         except CorruptSampleError as exc:      # found inside the format: add what only the caller knows
-            exc.shard, exc.global_index = shard, index
+            exc.shard, exc.global_index = self._names[shard], index
             raise
         except CorruptShardError:
             raise
         except READ_FAILURES as exc:
-            raise CorruptSampleError(path, local, f"cannot be read ({type(exc).__name__}: {exc})", shard=shard,
+            path, name = self.where(shard)
+            raise CorruptSampleError(path, local, f"cannot be read ({type(exc).__name__}: {exc})", shard=name,
                                      global_index=index) from None
-        return self.check(encoded, path, shard, local, index) if self.verify else encoded
+        return self.check(encoded, shard, local, index) if self.verify else encoded
 
-    def read_many(self, reader: ShardReader, path: str, shard: str, locals_: Sequence[int],
+    def read_many(self, reader: ShardReader, shard: int, locals_: Sequence[int],
                   indices: Sequence[int]) -> List[Encoded]:
         """Samples of one shard in one backend pass; a failure is retried per sample to name it."""
         try:
             encoded = reader.read_many(locals_)
         except (CorruptShardError, *READ_FAILURES):
-            return [self.read(reader, path, shard, local, index) for local, index in zip(locals_, indices)]
+            return [self.read(reader, shard, local, index) for local, index in zip(locals_, indices)]
         if self.verify:
             for one, local, index in zip(encoded, locals_, indices):
-                self.check(one, path, shard, local, index)
+                self.check(one, shard, local, index)
         return encoded
 
-    def check(self, encoded: Encoded, path: str, shard: str, local: int, index: Optional[int] = None) -> Encoded:
+    def check(self, encoded: Encoded, shard: int, local: int, index: Optional[int] = None) -> Encoded:
         """The sample, if its CRC32 matches and its label lies in range (when verifying)."""
-        if self.verify and not encoded.crc_ok():
-            raise CorruptSampleError(path, local, "fails its CRC32 check", shard=shard, global_index=index)
-        if self.verify and self.classes and not 0 <= encoded.label < self.classes:
-            raise CorruptSampleError(path, local, f"has label {encoded.label}, outside the {self.classes} classes",
-                                     shard=shard, global_index=index)
+        if not self.verify:
+            return encoded
+        problem = None
+        if not encoded.crc_ok():
+            problem = "fails its CRC32 check"
+        elif self.classes and not 0 <= encoded.label < self.classes:
+            problem = f"has label {encoded.label}, outside the {self.classes} classes"
+        if problem:
+            path, name = self.where(shard)
+            raise CorruptSampleError(path, local, problem, shard=name, global_index=index)
         return encoded

@@ -73,7 +73,7 @@ class ShardDataset(torch.utils.data.Dataset):
         self.return_key = return_key
         self._decoder = self._make_decoder()
         self._labeled = self.manifest.schema.labeled
-        self._checks = SampleChecks(len(self.manifest.classes) if self._labeled else 0, bool(verify_checksums))
+        self._checks = SampleChecks(self.manifest, self.root, bool(verify_checksums))
         shards = self.manifest.shards
         self._names: List[str] = shards.paths                  # checked relative paths, one column
         self._paths = shards.joined(self.root)                 # joined when a shard is opened
@@ -191,7 +191,7 @@ class ShardDataset(torch.utils.data.Dataset):
     def _read(self, index: int) -> Encoded:
         """read_encoded for an index already checked by sample_index (the per-sample path)."""
         shard, local = self._locate(index)
-        return self._checks.read(self.reader(shard), self._paths[shard], self._names[shard], local, index)
+        return self._checks.read(self.reader(shard), shard, local, index)
 
     def read_encoded_many(self, indices: Sequence[Any]) -> List[Encoded]:
         """The stored records of global indices, in their order: one backend pass per shard."""
@@ -206,13 +206,13 @@ class ShardDataset(torch.utils.data.Dataset):
         globals_ = wanted.tolist()
         out: List[Any] = [None] * len(globals_)
         for shard, positions in groups.items():
-            reader, path, name, start = self.reader(shard), self._paths[shard], self._names[shard], self._starts[shard]
+            reader, start = self.reader(shard), self._starts[shard]
             if len(positions) == 1:
                 index = globals_[positions[0]]
-                out[positions[0]] = self._checks.read(reader, path, name, index - start, index)
+                out[positions[0]] = self._checks.read(reader, shard, index - start, index)
                 continue
             picked = [globals_[position] for position in positions]
-            encoded = self._checks.read_many(reader, path, name, [index - start for index in picked], picked)
+            encoded = self._checks.read_many(reader, shard, [index - start for index in picked], picked)
             for position, one in zip(positions, encoded):
                 out[position] = one
         return out
@@ -327,15 +327,21 @@ def sample_index(index: Any, length: int) -> int:
 def sample_indices(indices: Sequence[Any], length: int) -> np.ndarray:
     """Every index of a batch through sample_index's rules, as an int64 array in [0, length); a
     1-D integer array or tensor is checked at once."""
-    if isinstance(indices, torch.Tensor):
-        indices = indices.numpy()
-    if isinstance(indices, np.ndarray) and indices.ndim == 1 and indices.dtype.kind in "iu":
-        wanted = indices.astype(np.int64)
+    batch: Any = indices
+    if isinstance(batch, torch.Tensor):
+        batch = batch.numpy()
+    elif isinstance(batch, list) and all(type(index) is int for index in batch):
+        try:
+            batch = np.array(batch, dtype=np.int64)         # a sampler's batch: checked at once below
+        except OverflowError:
+            pass                                            # beyond int64: sample_index says which
+    if isinstance(batch, np.ndarray) and batch.ndim == 1 and batch.dtype.kind in "iu":
+        wanted = batch.astype(np.int64)
         bad = (wanted < -length) | (wanted >= length)
         if bad.any():
             raise IndexError(f"index {int(wanted[bad][0])} out of range for dataset of {length} samples")
         return np.where(wanted < 0, wanted + length, wanted)
-    return np.fromiter((sample_index(index, length) for index in indices), dtype=np.int64)
+    return np.fromiter((sample_index(index, length) for index in batch), dtype=np.int64)
 
 
 def open_dataset(root: "str | os.PathLike[str]", **kwargs: Any) -> ShardDataset:

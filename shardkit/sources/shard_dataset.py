@@ -34,7 +34,7 @@ class ShardDatasetSource(Source):
         self.manifest = manifest
         self.schema = manifest.schema
         self.classes = list(manifest.classes)
-        self._checks = SampleChecks(len(self.classes) if self.schema.labeled else 0, verify=True)
+        self._checks = SampleChecks(manifest, root, verify=True)
         counts = np.array([entry.num_samples for entry in manifest.shards], dtype=np.int64)
         self._starts = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=self._starts[1:])
@@ -146,9 +146,8 @@ class ShardDatasetSource(Source):
 
     def _copy(self, reader: ShardReader, shard: int, local: int) -> Outcome:
         entry = self.manifest.shards[shard]
-        path = os.path.join(self.root, entry.path)
         try:
-            stored = self._checks.read(reader, path, entry.path, local)
+            stored = self._checks.read(reader, shard, local)
             key = reader.key(local)
         except CorruptShardError as exc:    # a damaged record, CRC32 or label: the sample is skipped
             problem = exc.problem if isinstance(exc, CorruptSampleError) else exc.after_file()

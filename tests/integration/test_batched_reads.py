@@ -34,21 +34,20 @@ def test_one_backend_pass_per_shard(dataset_dir: Path, monkeypatch: pytest.Monke
         calls: List[tuple] = []
         one, many = SampleChecks.read, SampleChecks.read_many
 
-        def read(self: Any, reader: Any, path: str, shard: str, local: int, index: Any = None) -> Any:
+        def read(self: Any, reader: Any, shard: int, local: int, index: Any = None) -> Any:
             calls.append((shard, [local]))
-            return one(self, reader, path, shard, local, index)
+            return one(self, reader, shard, local, index)
 
-        def read_many(self: Any, reader: Any, path: str, shard: str, locals_: Any, indices: Any) -> Any:
+        def read_many(self: Any, reader: Any, shard: int, locals_: Any, indices: Any) -> Any:
             calls.append((shard, list(locals_)))
-            return many(self, reader, path, shard, locals_, indices)
+            return many(self, reader, shard, locals_, indices)
 
         monkeypatch.setattr(SampleChecks, "read", read)
         monkeypatch.setattr(SampleChecks, "read_many", read_many)
         starts = ds.shard_starts
         order = [int(starts[2]) + 1, int(starts[0]), int(starts[2]), int(starts[5]) + 3, int(starts[0]) + 4]
         batch = ds.__getitems__(order)
-        names = ds.manifest.shards
-        assert sorted(calls) == sorted([(names[2].path, [1, 0]), (names[0].path, [0, 4]), (names[5].path, [3])])
+        assert sorted(calls) == sorted([(2, [1, 0]), (0, [0, 4]), (5, [3])])
         monkeypatch.undo()
         assert [_raw(sample) for sample in batch] == [_raw(ds[index]) for index in order]
 
@@ -59,6 +58,8 @@ def test_out_of_range_and_bad_types(dataset_dir: Path) -> None:
             ds.__getitems__([0, len(ds)])
         with pytest.raises(IndexError):
             ds.__getitems__([-len(ds) - 1])
+        with pytest.raises(IndexError, match=str(2 ** 70)):       # beyond int64, as ds[i] says
+            ds.__getitems__([0, 2 ** 70])
         with pytest.raises(TypeError):
             ds.__getitems__([0.5])
 
