@@ -149,7 +149,10 @@ class HDF5Reader(ShardReader):
         self._row_bytes = row_bytes
         self._dtype = dtype
         # File position of logical byte x of chunk k is shift[k] + x; chunks of one run share a run id.
-        self._shift = (where - np.arange(count, dtype=np.int64) * chunk_bytes).tolist() or [0]
+        if count <= 1:              # a small shard: no numpy for one number
+            self._shift, self._run = [int(where[0]) if count else 0], [0]
+            return
+        self._shift = (where - np.arange(count, dtype=np.int64) * chunk_bytes).tolist()
         self._run = np.concatenate([[0], np.cumsum(np.diff(where) != chunk_bytes)]).tolist()
 
     def _load_tables(self) -> None:

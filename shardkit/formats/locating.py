@@ -68,8 +68,9 @@ class FileView:
         return self.size
 
     def __getitem__(self, item: slice) -> "bytes | memoryview":
-        begin, end, _ = item.indices(self.size)
-        end = max(begin, end)
+        begin, end = item.start, item.stop          # what gaps_crc32 asks: 0 <= start <= stop <= size
+        if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end <= self.size):
+            raise IndexError(f"bytes {begin}:{end} of a file of {self.size}")
         low = begin - self._first_offset
         if low >= 0 and end - self._first_offset <= len(self._first):
             return self._first[low:end - self._first_offset]

@@ -158,9 +158,9 @@ def _problem(loc: PTLocator, comment: int, file_size: int) -> Optional[str]:
     count, ident = loc.fields.get("num_samples"), loc.fields.get("dataset_id")
     if not isinstance(count, int) or isinstance(count, bool) or count < 0 or not isinstance(ident, str):
         return f"num_samples {count!r} or dataset_id {ident!r}"
-    if not all(len(pair) == 2 and all(isinstance(value, int) and value >= 0 for value in pair)
-               for pair in loc.tables.values()):
-        return "has ranges that are not pairs of non-negative integers"
+    for pair in loc.tables.values():
+        if len(pair) != 2 or type(pair[0]) is not int or type(pair[1]) is not int or min(pair) < 0:
+            return "has ranges that are not pairs of non-negative integers"
     if loc.file_size != file_size:
         return None                     # not this file's locator: `describes` sends it to torch.load
     want = {"offsets": 8 * (count + 1), "raw_lengths": 8 * count, "labels": 8 * count, "crc32": 8 * count}

@@ -144,18 +144,18 @@ class PTReader(ShardReader):
     def _check_tables(self, count: int, arrays: Dict[str, np.ndarray]) -> None:
         """The tables against each other and the count, before any of them is used to read."""
         schema = self._schema
-        offsets, raw = arrays["offsets"], arrays["raw_lengths"]
+        offsets, raw, crcs = arrays["offsets"], arrays["raw_lengths"], arrays["crc32"]
+        if len(offsets) != count + 1 or len(raw) != count or len(arrays["labels"]) != count or len(crcs) != count:
+            raise self._corrupt("tensor lengths do not match num_samples")
         problem = None
-        if len(offsets) != count + 1 or len(raw) != count or len(arrays["labels"]) != count \
-                or len(arrays["crc32"]) != count:
-            problem = "tensor lengths do not match num_samples"
-        elif offsets[0] != 0 or offsets[-1] != len(arrays["data"]) or np.any(np.diff(offsets) < 0):
+        stored = np.diff(offsets)
+        if offsets[0] != 0 or offsets[-1] != len(arrays["data"]) or (count and stored.min() < 0):
             problem = "offsets are not increasing within the data"
-        elif count and (raw.min() < 0 or arrays["crc32"].min() < 0 or arrays["crc32"].max() > 0xFFFFFFFF):
+        elif count and (raw.min() < 0 or crcs.min() < 0 or crcs.max() > 0xFFFFFFFF):
             problem = "negative lengths or CRCs out of range"
-        elif schema.is_array and np.any(raw != schema.sample_nbytes):
+        elif schema.is_array and count and (raw.min() != schema.sample_nbytes or raw.max() != schema.sample_nbytes):
             problem = f"array payloads are not {schema.sample_nbytes} bytes"
-        elif schema.compression == "none" and np.any(np.diff(offsets) != raw):
+        elif schema.compression == "none" and not np.array_equal(stored, raw):
             problem = "stored and raw lengths differ in an uncompressed shard"
         if problem:
             raise self._corrupt(problem)
