@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import zlib
 from stat import S_ISBLK, S_ISCHR, S_ISDIR, S_ISFIFO, S_ISREG, S_ISSOCK
 from typing import Any, Dict, FrozenSet, Iterator, List, Tuple
 
@@ -12,8 +13,8 @@ import numpy as np
 from ..codecs.image import ImageCodec, image_extensions, make_image_codec
 from ..errors import SampleError, SourceError
 from ..options import ImageOptions, RunOptions
-from ..records import Encoded
-from .base import Converted, Outcome, Skipped, Source
+from ..records import EncodedRows, Payload, payload_crc32
+from .base import ConvertedRun, Outcome, Skipped, Source
 from .labels_csv import read_labels_csv
 
 
@@ -158,26 +159,75 @@ class ImageTreeSource(Source):
         return self.encode_items(np.arange(start, stop, dtype=np.int64))
 
     def encode_items(self, items: np.ndarray) -> Iterator[Outcome]:
-        """Each image file is read on its own, so any order costs the same."""
+        """Each image file is read on its own, so any order costs the same. The samples go to the
+        sink in runs (ConvertedRun of EncodedRows) of at most RUN_IMAGES images and about RUN_BYTES
+        payload bytes: no Python object or sink step per image, and bounded memory for large ones."""
+        items = np.asarray(items, dtype=np.int64)
         prefix = os.path.join(self.root, "")           # one join per call, not per image
-        for index in np.asarray(items, dtype=np.int64).tolist():
-            rel = self.paths[index]
+        encode = self.codec.encode
+        crc = payload_crc32 if self.codec.mode == "raw" else zlib.crc32
+        paths = self.paths
+        run = _Run()
+        for index, label in zip(items.tolist(), self.labels[items].tolist()):
+            rel = paths[index]
             try:
                 data = read_regular_file(prefix + rel)
-                payload, detected = self.codec.encode(data)
+                payload, detected = encode(data)
             except OSError as exc:
                 yield Skipped(rel, f"cannot read ({exc.strerror or exc})")
                 continue
             except SampleError as exc:
                 yield Skipped(rel, str(exc))
                 continue
-            yield Converted(Encoded.make(payload, int(self.labels[index]), key=rel), len(data), detected)
+            run.add(payload, label, crc(payload), rel, detected, len(data))
+            if len(run.keys) >= RUN_IMAGES or run.payload_bytes >= RUN_BYTES:
+                yield run.outcome()
+                run = _Run()
+        if run.keys:
+            yield run.outcome()
+
+
+#: Most images in one run handed to the sink, and the payload bytes after which a run ends early.
+RUN_IMAGES = 256
+RUN_BYTES = 8 << 20
+
+
+class _Run:
+    """The columns of the samples of one run, filled image by image."""
+
+    def __init__(self) -> None:
+        self.payloads: List[Payload] = []
+        self.labels: List[int] = []
+        self.crcs: List[int] = []
+        self.keys: List[str] = []
+        self.tags: List[str] = []
+        self.source_bytes = self.payload_bytes = 0
+
+    def add(self, payload: Payload, label: int, crc: int, key: str, tag: str, source_bytes: int) -> None:
+        self.payloads.append(payload)
+        self.labels.append(label)
+        self.crcs.append(crc)
+        self.keys.append(key)
+        self.tags.append(tag)
+        self.source_bytes += source_bytes
+        self.payload_bytes += payload.nbytes if isinstance(payload, np.ndarray) else len(payload)
+
+    def outcome(self) -> ConvertedRun:
+        """The run as one outcome (raw arrays stacked into one block)."""
+        payloads: Any = self.payloads
+        if payloads and isinstance(payloads[0], np.ndarray):
+            payloads = np.stack(payloads)
+        return ConvertedRun(EncodedRows(payloads, self.labels, self.crcs, self.keys), self.source_bytes, self.tags)
+
+
+#: A source file is opened without blocking (a FIFO) and is not inherited by child processes.
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def read_regular_file(path: str) -> bytes:
     """All bytes of a regular file; SampleError for anything else (a FIFO named .jpg would
     otherwise block the conversion forever, a device would never end)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, _READ_FLAGS)
     try:
         stat = os.fstat(fd)
         if not S_ISREG(stat.st_mode):
