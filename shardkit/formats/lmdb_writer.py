@@ -175,8 +175,7 @@ class LMDBWriter(ShardWriter):
                         (META_KEY, json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())]
         self._batch_need = sum(self._need(len(key), len(value)) for key, value in self._batch)
         self._flush()
-        self._env.sync(True)
-        self._env.close()
+        self._env.close()       # unsynced: the sink fsyncs the file before it counts
         self._env = None
 
     def abort(self) -> None:
