@@ -6,7 +6,7 @@ import hashlib
 import os
 import zlib
 from stat import S_ISBLK, S_ISCHR, S_ISDIR, S_ISFIFO, S_ISREG, S_ISSOCK
-from typing import Any, Dict, FrozenSet, Iterator, List, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Set, Tuple
 
 import numpy as np
 
@@ -19,47 +19,53 @@ from .labels_csv import read_labels_csv
 
 
 def walk_files(root: str) -> Iterator[str]:
-    """Relative POSIX paths of every non-directory entry below root, following directory
-    links once (loops are cut), in no particular order. One scandir per folder and one string
-    concatenation per file: the scan of a large tree is part of every conversion's serial time."""
-    seen = set()
-    pending = [""]                      # folders to list, as relative prefixes ("" or "a/b/")
-    while pending:
-        prefix = pending.pop()
-        folder = os.path.join(root, prefix) if prefix else root
+    """Relative POSIX paths of every non-directory entry below root, following directory links
+    once (loops are cut, the first link in this order wins), sorted component by component (as
+    sorted(key=lambda rel: rel.split("/")) would): each folder's listing is sorted by name and
+    walked depth first, so no sort of the whole tree is needed. One scandir per folder and one
+    string concatenation per file: the scan of a large tree is part of every conversion's serial
+    time."""
+    seen: Set[Tuple[int, int]] = set()
+
+    def listing(folder: str) -> List[os.DirEntry]:
         try:
             stat = os.stat(folder)
             key = (stat.st_dev, stat.st_ino)
             if key in seen:
-                continue
+                return []
             seen.add(key)
-            with os.scandir(folder) as listing:
-                entries = list(listing)
+            with os.scandir(folder) as entries:
+                return sorted(entries, key=_entry_name)
         except OSError:
-            continue
-        folders = []
+            return []
+
+    stack = [("", iter(listing(root)))]     # (relative prefix "" or "a/b/", the rest of its listing)
+    while stack:
+        prefix, entries = stack[-1]
         for entry in entries:
             try:
                 is_dir = entry.is_dir()         # follows links, as os.walk(followlinks=True)
             except OSError:
                 is_dir = False
             if is_dir:
-                folders.append(prefix + entry.name + "/")
-            else:
-                yield prefix + entry.name
-        pending.extend(reversed(folders))       # listed order, depth first, as os.walk
+                stack.append((prefix + entry.name + "/", iter(listing(entry.path))))
+                break
+            yield prefix + entry.name
+        else:
+            stack.pop()
+
+
+def _entry_name(entry: "os.DirEntry[str]") -> str:
+    return entry.name
 
 
 def has_extension(rel: str, extensions: FrozenSet[str]) -> bool:
     """Whether the file name's extension (lower case, with dot; os.path.splitext's rule: leading
     dots do not start one) is in extensions, without splitext's per-call overhead."""
-    name = rel[rel.rfind("/") + 1:]
-    dot = name.rfind(".")
-    return dot > 0 and name[:dot].strip(".") != "" and name[dot:].lower() in extensions
-
-
-def _sort_key(rel: str) -> Tuple[str, ...]:
-    return tuple(rel.split("/"))
+    dot = rel.rfind(".")
+    if dot < 0 or rel[dot:].lower() not in extensions:     # (an extension holds no "/")
+        return False
+    return rel[rel.rfind("/") + 1:dot].strip(".") != ""
 
 
 class ImageTreeSource(Source):
@@ -92,7 +98,7 @@ class ImageTreeSource(Source):
         root = src
         codec = make_image_codec(**options.codec_options())
         extensions = image_extensions()
-        all_files = sorted(walk_files(root), key=_sort_key)
+        all_files = list(walk_files(root))
         images = [rel for rel in all_files if has_extension(rel, extensions)]
         summary: Dict[str, Any] = {"files_seen": len(all_files), "image_files": len(images),
                                    "other_files": len(all_files) - len(images)}
