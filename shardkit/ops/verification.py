@@ -16,7 +16,7 @@ from ..runtime.isolation import ChildKilled, IsolatedCalls, run_isolated
 from ..integrity import NotAShardFile, WrongSize, hash_shard_file, open_regular
 from ..manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, load_manifest
 from ..runtime.progress import Progress
-from ..runtime.workers import default_workers, run_in_workers
+from ..runtime.workers import default_workers, exit_if_importing_main, run_in_workers
 
 MODES = ("quick", "full", "deep")
 #: What a format's library may raise on a damaged file; reported as a problem, never raised.
@@ -65,6 +65,7 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
     channel; a dataset whose manifest differs is reported, whatever its own hashes say.
     workers=None: workers.default_workers().
     """
+    exit_if_importing_main()
     if mode not in MODES:
         raise UsageError(f"unknown verify mode {mode!r}; choose quick, full or deep")
     if expect_manifest_sha256 is not None and not _is_sha256(expect_manifest_sha256):
