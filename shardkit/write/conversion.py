@@ -147,6 +147,13 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
     except KeyboardInterrupt:
         remove_stale_temps(dst)
         raise ConversionInterrupted(dst) from None
+    except ConversionError:
+        if not latch.hit:
+            raise
+        # a Ctrl-C that a library turned into an error of its own (torch.save: a RuntimeError
+        # "unexpected pos"), which the sink reported as a failed write: it is an interruption
+        remove_stale_temps(dst)
+        raise ConversionInterrupted(dst) from None
     except EmptySourceError:
         # Nothing usable: leave no trace that could pass for a dataset.
         if created_dst:
