@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import (  # noqa: F401 - re-exported
     ConversionError, CorruptSampleError, CorruptShardError, DestinationExistsError, EmptySourceError,
     ForeignShardError, LockedError, ManifestError, NotADatasetError, SampleError, ShardkitError, SourceError,
-    UsageError)
+    UnguardedMainError, UsageError)
 
 __version__ = "0.1.0"  # the one version source: pyproject.toml reads it
 
@@ -61,6 +61,6 @@ __all__ = sorted([
     "EmptySourceError", "ForeignShardError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError",
     "NotADatasetError",
     "PTDataset", "RawBatch", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError",
-    "SourceError", "UsageError", "VerifyReport", "__version__", "collate_raw", "convert", "merge", "open_dataset",
-    "random_split", "train_val_split", "verify", "worker_init_fn",
+    "SourceError", "UnguardedMainError", "UsageError", "VerifyReport", "__version__", "collate_raw", "convert",
+    "merge", "open_dataset", "random_split", "train_val_split", "verify", "worker_init_fn",
 ])

@@ -85,6 +85,11 @@ class UnknownOptionError(UsageError, TypeError):
         return f"unknown option {self.name!r}; {hint}"
 
 
+class UnguardedMainError(UsageError):
+    """Worker processes could not start: each one imports the main script, and the script's
+    top-level code (no `if __name__ == "__main__":` guard) calls shardkit again."""
+
+
 class NotADatasetError(UsageError, FileNotFoundError):
     """A path that should hold a shardkit dataset (a manifest.json) does not."""
 

@@ -49,13 +49,14 @@ class Encoded:
 
 
 class EncodedRows(Sequence[Encoded]):
-    """Consecutive fixed-shape array samples held as one block: row i is Encoded(payloads[i],
-    labels[i], crcs[i], keys[i]). Sources of many small samples (CSV rows) hand these over so that
+    """Consecutive samples held as columns: row i is Encoded(payloads[i], labels[i], crcs[i],
+    keys[i]). payloads is one block of fixed-shape arrays (an ndarray, first axis the rows) or a
+    list of byte strings. Sources of many samples (CSV rows, image files) hand these over so that
     no Python object per sample is made unless a format asks for one."""
 
-    def __init__(self, payloads: np.ndarray, labels: List[int], crcs: List[int],
+    def __init__(self, payloads: Union[np.ndarray, List[bytes]], labels: List[int], crcs: List[int],
                  keys: Optional[Sequence[str]] = None) -> None:
-        self.payloads = np.ascontiguousarray(payloads)
+        self.payloads = np.ascontiguousarray(payloads) if isinstance(payloads, np.ndarray) else payloads
         self.labels = labels
         self.crcs = crcs
         self.keys = keys

@@ -12,10 +12,11 @@ reads and converted modes start from the same pixels.
 """
 from __future__ import annotations
 
+import functools
 import io
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, FrozenSet, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -33,6 +34,18 @@ IMAGE_FORMATS: Tuple[str, ...] = ("AVIF", "BMP", "DIB", "GIF", "ICO", "JPEG", "J
                                   "QOI", "TGA", "TIFF", "WEBP")
 #: Formats Pillow reports for files its allowed plugins open (a JPEG with extra pictures is "MPO").
 _REPORTED_AS = {"MPO": "JPEG"}
+#: The Pillow plugin module of each allowed format: only these are imported (Image.init() would
+#: import every plugin Pillow has, which costs each worker process more than it saves).
+_PLUGINS = {"AVIF": "Avif", "BMP": "Bmp", "DIB": "Bmp", "GIF": "Gif", "ICO": "Ico", "JPEG": "Jpeg",
+            "JPEG2000": "Jpeg2K", "PNG": "Png", "PPM": "Ppm", "QOI": "Qoi", "TGA": "Tga", "TIFF": "Tiff",
+            "WEBP": "WebP"}
+#: File extensions (lower case) that Pillow registers for the allowed formats and for MPO: the files
+#: an image tree's scan takes as images. Fixed here so that a scan imports no Pillow plugin;
+#: tests/security/test_image_allow_list.py checks it against the installed Pillow.
+IMAGE_EXTENSIONS: FrozenSet[str] = frozenset({
+    ".apng", ".avif", ".avifs", ".bmp", ".dib", ".gif", ".icb", ".ico", ".j2c", ".j2k", ".jfif", ".jp2", ".jpc",
+    ".jpe", ".jpeg", ".jpf", ".jpg", ".jpx", ".mpo", ".pbm", ".pfm", ".pgm", ".png", ".pnm", ".ppm", ".qoi",
+    ".tga", ".tif", ".tiff", ".vda", ".vst", ".webp"})
 IMAGE_MODES = ("passthrough", "jpeg", "png", "webp", "raw")
 REENCODE_MODES = ("jpeg", "png", "webp")
 LOSSY_MODES = ("jpeg", "webp")
@@ -62,11 +75,20 @@ _WIDE_GRAY_MODES = frozenset({"I", "I;16", "I;16L", "I;16B", "I;16N"})
 
 
 def image_extensions() -> FrozenSet[str]:
-    """Lower-case extensions (with dot) of the allowed image formats (IMAGE_FORMATS)."""
-    from PIL import Image
-    Image.init()
-    allowed = set(IMAGE_FORMATS) | set(_REPORTED_AS)
-    return frozenset(ext.lower() for ext, fmt in Image.registered_extensions().items() if fmt in allowed)
+    """Lower-case extensions (with dot) of the allowed image formats (IMAGE_EXTENSIONS)."""
+    return IMAGE_EXTENSIONS
+
+
+@functools.lru_cache(maxsize=1)
+def _register_plugins() -> None:
+    """Import the Pillow plugins of the allowed formats (a plugin missing from an older Pillow is
+    left out: Image.open then imports every plugin, as it would anyway)."""
+    import importlib
+    for name in sorted(set(_PLUGINS.values())):
+        try:
+            importlib.import_module(f"PIL.{name}ImagePlugin")
+        except ImportError:
+            pass
 
 
 def recorded_formats(codec: Dict[str, Any], detected: Any = None) -> Tuple[str, ...]:
@@ -104,10 +126,17 @@ def open_image(stream: Any, formats: Sequence[str] = IMAGE_FORMATS,
     to images of at most max_pixels, read from the header before any pixel is decoded;
     SampleError for a larger one. Pillow's global limit is left as it is."""
     from PIL import Image
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)    # max_pixels is the limit
+        return _open_allowed(stream, formats, max_pixels)
+
+
+def _open_allowed(stream: Any, formats: Sequence[str], max_pixels: int) -> Any:
+    """open_image without its warning filter (the caller has one)."""
+    from PIL import Image
+    _register_plugins()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)    # max_pixels is the limit
-            image = Image.open(stream, formats=[name for name in formats if name in IMAGE_FORMATS])
+        image = Image.open(stream, formats=_allowed(tuple(formats)))
     except Image.DecompressionBombError as exc:
         raise SampleError(f"decompression bomb refused ({exc})") from None
     width, height = image.size
@@ -117,16 +146,23 @@ def open_image(stream: Any, formats: Sequence[str] = IMAGE_FORMATS,
     return image
 
 
+@functools.lru_cache(maxsize=64)
+def _allowed(formats: Tuple[str, ...]) -> Tuple[str, ...]:
+    """The formats of `formats` that are in IMAGE_FORMATS, in their order."""
+    return tuple(name for name in formats if name in IMAGE_FORMATS)
+
+
 def decode_fully(stream: Any, formats: Sequence[str], max_pixels: int, *,
-                 draft_to: Optional[Any] = None) -> Any:
+                 draft_to: Optional[Callable[[Any], Optional[Tuple[int, int]]]] = None) -> Any:
     """open_image, then decode every pixel of the first frame, or raise SampleError whatever
     Pillow raises (damaged data, a format not allowed, too many pixels). draft_to(image) may
     give a JPEG's reduced decode size."""
     from PIL import Image
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)     # Pillow's notes on odd metadata (EXIF)
-            image = open_image(stream, formats, max_pixels)
+            # Pillow's notes on odd metadata (EXIF) and its bomb warning (max_pixels is the limit)
+            warnings.simplefilter("ignore")
+            image = _open_allowed(stream, formats, max_pixels)
             wanted = draft_to(image) if draft_to is not None and image.format == "JPEG" else None
             if wanted:
                 image.draft("RGB", wanted)
@@ -143,6 +179,11 @@ def decode_fully(stream: Any, formats: Sequence[str], max_pixels: int, *,
     return image
 
 
+def _eighth(image: Any) -> Tuple[int, int]:
+    """The smallest DCT scale of a JPEG: 1/8 of each side."""
+    return max(1, image.width // 8), max(1, image.height // 8)
+
+
 def open_checked(data: bytes, *, draft: bool = False, min_size: Optional[Tuple[int, int]] = None,
                  formats: Sequence[str] = IMAGE_FORMATS, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> Any:
     """Decode every byte of an image (its first frame) in one of `formats`, or raise SampleError.
@@ -153,10 +194,11 @@ def open_checked(data: bytes, *, draft: bool = False, min_size: Optional[Tuple[i
     """
     if not data:
         raise SampleError("empty file (0 bytes)")
-
-    def draft_to(image: Any) -> Optional[Tuple[int, int]]:
-        return (max(1, image.width // 8), max(1, image.height // 8)) if draft else min_size
-    return decode_fully(io.BytesIO(data), formats, max_pixels, draft_to=draft_to)
+    if draft:
+        return decode_fully(io.BytesIO(data), formats, max_pixels, draft_to=_eighth)
+    if min_size is None:
+        return decode_fully(io.BytesIO(data), formats, max_pixels)
+    return decode_fully(io.BytesIO(data), formats, max_pixels, draft_to=lambda image: min_size)
 
 
 def apply_orientation(image: Any) -> Any:

@@ -70,13 +70,30 @@ class LMDBWriter(ShardWriter):
         self._keys.add(sample.key)
 
     def append_many(self, samples: Sequence[Encoded]) -> None:
-        """A block of fixed-shape rows goes into the row blocks at once (the same bytes as append())."""
+        """A block of fixed-shape rows goes into the row blocks at once, a run of byte strings into
+        records in one loop (the same bytes as append() on each)."""
+        if isinstance(samples, EncodedRows) and isinstance(samples.payloads, list) and not self._per_block:
+            self._append_records(samples)
+            return
         rows = raw_rows(self._schema, samples) if self._per_block else None
         if rows is None:
             super().append_many(samples)
             return
         assert isinstance(samples, EncodedRows)
         self._add_rows(memoryview(rows.reshape(-1)), len(rows))
+        self._labels.extend(samples.labels)
+        self._crcs.extend(crc & 0xFFFFFFFF for crc in samples.crcs)
+        self._keys.extend(samples.keys, len(samples))
+
+    def _append_records(self, samples: EncodedRows) -> None:
+        """One record per sample of a run whose payloads are byte strings."""
+        schema, pack, add = self._schema, RECORD.pack, self._add
+        for payload, label, crc in zip(samples.payloads, samples.labels, samples.crcs):
+            raw = payload if type(payload) is bytes else payload_bytes(schema, payload)
+            stored, compressed = compress(schema, raw)
+            add(sample_key(self._values), pack(RECORD_MAGIC, RECORD_VERSION, FLAG_ZLIB if compressed else 0,
+                                               crc & 0xFFFFFFFF, label, len(raw), len(stored)) + stored)
+            self._values += 1
         self._labels.extend(samples.labels)
         self._crcs.extend(crc & 0xFFFFFFFF for crc in samples.crcs)
         self._keys.extend(samples.keys, len(samples))
@@ -158,8 +175,7 @@ class LMDBWriter(ShardWriter):
                         (META_KEY, json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())]
         self._batch_need = sum(self._need(len(key), len(value)) for key, value in self._batch)
         self._flush()
-        self._env.sync(True)
-        self._env.close()
+        self._env.close()       # unsynced: the sink fsyncs the file before it counts
         self._env = None
 
     def abort(self) -> None:

@@ -52,7 +52,8 @@ def payload_bytes(schema: SampleSchema, payload: Payload) -> BytesLike:
 def raw_rows(schema: SampleSchema, samples: Sequence[Encoded]) -> Optional[np.ndarray]:
     """The stored bytes of a block of fixed-shape samples (EncodedRows) as one (n, width) uint8
     array — row i equals payload_bytes() of sample i — or None when they are not such a block."""
-    if not schema.is_array or not isinstance(samples, EncodedRows) or not len(samples):
+    if not schema.is_array or not isinstance(samples, EncodedRows) or not len(samples) \
+            or not isinstance(samples.payloads, np.ndarray):
         return None
     block = samples.payloads
     if block.shape[1:] != tuple(schema.shape):

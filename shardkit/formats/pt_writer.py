@@ -49,7 +49,20 @@ class PTWriter(ShardWriter):
         self._keys.add(sample.key)
 
     def append_many(self, samples: Sequence[Encoded]) -> None:
-        """A block of uncompressed fixed-shape rows is packed at once (the same bytes as append())."""
+        """A block of uncompressed fixed-shape rows, or a run of byte strings, is packed at once
+        (the same bytes as append() on each)."""
+        if isinstance(samples, EncodedRows) and isinstance(samples.payloads, list) and self._data is not None:
+            data, offsets, schema = self._data, self._offsets, self._schema
+            raw_lengths = self._raw_lengths
+            for payload in samples.payloads:
+                raw = payload if type(payload) is bytes else payload_bytes(schema, payload)
+                data += compress(schema, raw)[0]
+                offsets.append(len(data))
+                raw_lengths.append(len(raw))
+            self._labels.extend(samples.labels)
+            self._crcs.extend(crc & 0xFFFFFFFF for crc in samples.crcs)
+            self._keys.extend(samples.keys, len(samples))
+            return
         rows = raw_rows(self._schema, samples) if self._schema.compression == "none" else None
         if rows is None or self._data is None:
             super().append_many(samples)

@@ -14,7 +14,7 @@ from ..formats import get_format, recorded_options
 from ..runtime.isolation import ChildKilled, IsolatedCalls, run_isolated
 from ..manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, load_manifest
 from ..runtime.progress import Progress
-from ..runtime.workers import default_workers, run_in_workers
+from ..runtime.workers import default_workers, exit_if_importing_main, run_in_workers
 from .shard_checks import Problem, check_shard
 
 MODES = ("quick", "full", "deep")
@@ -48,6 +48,7 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
     channel; a dataset whose manifest differs is reported, whatever its own hashes say.
     workers=None: workers.default_workers().
     """
+    exit_if_importing_main()
     if mode not in MODES:
         raise UsageError(f"unknown verify mode {mode!r}; choose quick, full or deep")
     if expect_manifest_sha256 is not None and not _is_sha256(expect_manifest_sha256):

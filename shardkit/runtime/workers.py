@@ -18,7 +18,8 @@ import os
 import signal
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 #: Environment variable that overrides the default of --workers (e.g. 1 on a shared login node).
 WORKERS_ENV = "SHARDKIT_WORKERS"
@@ -39,6 +40,27 @@ def default_workers() -> int:
         return int(text)
     affinity = getattr(os, "sched_getaffinity", None)
     return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+
+
+#: Exit status of a spawned worker whose import of the main script called shardkit again.
+UNGUARDED_MAIN_EXIT = 87
+
+
+def exit_if_importing_main() -> None:
+    """End this process with UNGUARDED_MAIN_EXIT if it is a spawned worker still importing the
+    main script (whose top-level code, unguarded by `if __name__ == "__main__":`, called shardkit
+    again): run_in_workers then tells the parent what to do, instead of a second conversion (or a
+    worker that dies some other way) starting here. Entry points that start workers call this first."""
+    # multiprocessing's own test for this moment (spawn._check_not_importing_main)
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise SystemExit(UNGUARDED_MAIN_EXIT)
+
+
+def _unguarded_main_error() -> Exception:
+    from ..errors import UnguardedMainError
+    main = getattr(sys.modules.get("__main__"), "__file__", None) or "the main script"
+    return UnguardedMainError(f"worker processes could not start: each one imports {main}, which calls shardkit "
+                              "again; put the call under `if __name__ == \"__main__\":`, or pass workers=1")
 
 
 def _die_with_parent(parent: int) -> None:
@@ -96,20 +118,23 @@ def run_in_workers(function: Callable[[Any], Any], items: Sequence[Any], workers
             for future in finished:
                 on_done(pending.pop(future), future.result())
         poll()
-    except BaseException:
-        stop_pool(pool)
+    except BaseException as exc:
+        exit_codes = stop_pool(pool)
+        if isinstance(exc, BrokenProcessPool) and UNGUARDED_MAIN_EXIT in exit_codes:
+            raise _unguarded_main_error() from None
         raise
     pool.shutdown(wait=True)
 
 
-def stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Cancel queued tasks and end running workers now (SIGTERM, then SIGKILL), then reap them."""
+def stop_pool(pool: ProcessPoolExecutor) -> List[Optional[int]]:
+    """Cancel queued tasks and end running workers now (SIGTERM, then SIGKILL), then reap them;
+    the workers' exit statuses (where the pool still lists them)."""
+    # The executor has no public way to end its workers before 3.14, nor to list them: its process table.
+    processes = list((getattr(pool, "_processes", None) or {}).values())
     terminate = getattr(pool, "terminate_workers", None)   # Python 3.14+
     if terminate is not None:
         terminate()
-        return
-    # Before 3.14 the executor has no public way to end its workers: use its process table.
-    processes = list((getattr(pool, "_processes", None) or {}).values())
+        return [process.exitcode for process in processes]
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         if process.is_alive():
@@ -124,6 +149,8 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     manager = getattr(pool, "_executor_manager_thread", None)
     if manager is not None:
         manager.join(STOP_GRACE)
+    return [process.exitcode for process in processes]
 
 
-__all__ = ["POLL_SECONDS", "STOP_GRACE", "WORKERS_ENV", "default_workers", "run_in_workers", "stop_pool"]
+__all__ = ["POLL_SECONDS", "STOP_GRACE", "UNGUARDED_MAIN_EXIT", "WORKERS_ENV", "default_workers",
+           "exit_if_importing_main", "run_in_workers", "stop_pool"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 
@@ -47,10 +47,12 @@ class Converted:
 @dataclass(frozen=True)
 class ConvertedRun:
     """Consecutive input items all turned into samples, handed over at once so that sources
-    producing many small samples (CSV rows) do not pay a Python object and a sink step per item."""
+    producing many small samples (CSV rows, image files) do not pay a Python object and a sink
+    step per item."""
 
-    samples: List[Encoded]
+    samples: Sequence[Encoded]  # EncodedRows, or a list of Encoded
     source_bytes: int = 0       # of the whole run
+    tags: Sequence[str] = ()    # one per sample (as Converted.tag), or none at all
 
 
 Outcome = Union[Converted, ConvertedRun, Skipped]
@@ -122,9 +124,10 @@ class Source(abc.ABC):
         for outcome in self.encode_range(first, last + 1):
             if isinstance(outcome, ConvertedRun):
                 share = outcome.source_bytes // max(1, len(outcome.samples))
-                for offset, sample in enumerate(outcome.samples):
+                tags: Sequence[Optional[str]] = outcome.tags or [None] * len(outcome.samples)
+                for offset, (sample, tag) in enumerate(zip(outcome.samples, tags)):
                     if position + offset in wanted:
-                        kept[position + offset] = Converted(sample, share)
+                        kept[position + offset] = Converted(sample, share, tag)
                 position += len(outcome.samples)
                 continue
             if position in wanted:

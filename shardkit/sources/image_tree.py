@@ -4,61 +4,68 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import zlib
 from stat import S_ISBLK, S_ISCHR, S_ISDIR, S_ISFIFO, S_ISREG, S_ISSOCK
-from typing import Any, Dict, FrozenSet, Iterator, List, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Set, Tuple
 
 import numpy as np
 
 from ..codecs.image import ImageCodec, image_extensions, make_image_codec
 from ..errors import SampleError, SourceError
 from ..options import ImageOptions, RunOptions
-from ..records import Encoded
-from .base import Converted, Outcome, Skipped, Source
+from ..records import EncodedRows, Payload, payload_crc32
+from .base import ConvertedRun, Outcome, Skipped, Source
 from .labels_csv import read_labels_csv
 
 
 def walk_files(root: str) -> Iterator[str]:
-    """Relative POSIX paths of every non-directory entry below root, following directory
-    links once (loops are cut), in no particular order. One scandir per folder and one string
-    concatenation per file: the scan of a large tree is part of every conversion's serial time."""
-    seen = set()
-    pending = [""]                      # folders to list, as relative prefixes ("" or "a/b/")
-    while pending:
-        prefix = pending.pop()
-        folder = os.path.join(root, prefix) if prefix else root
+    """Relative POSIX paths of every non-directory entry below root, following directory links
+    once (loops are cut, the first link in this order wins), sorted component by component (as
+    sorted(key=lambda rel: rel.split("/")) would): each folder's listing is sorted by name and
+    walked depth first, so no sort of the whole tree is needed. One scandir per folder and one
+    string concatenation per file: the scan of a large tree is part of every conversion's serial
+    time."""
+    seen: Set[Tuple[int, int]] = set()
+
+    def listing(folder: str) -> List[os.DirEntry]:
         try:
             stat = os.stat(folder)
             key = (stat.st_dev, stat.st_ino)
             if key in seen:
-                continue
+                return []
             seen.add(key)
-            with os.scandir(folder) as listing:
-                entries = list(listing)
+            with os.scandir(folder) as entries:
+                return sorted(entries, key=_entry_name)
         except OSError:
-            continue
-        folders = []
+            return []
+
+    stack = [("", iter(listing(root)))]     # (relative prefix "" or "a/b/", the rest of its listing)
+    while stack:
+        prefix, entries = stack[-1]
         for entry in entries:
             try:
                 is_dir = entry.is_dir()         # follows links, as os.walk(followlinks=True)
             except OSError:
                 is_dir = False
             if is_dir:
-                folders.append(prefix + entry.name + "/")
-            else:
-                yield prefix + entry.name
-        pending.extend(reversed(folders))       # listed order, depth first, as os.walk
+                stack.append((prefix + entry.name + "/", iter(listing(entry.path))))
+                break
+            yield prefix + entry.name
+        else:
+            stack.pop()
+
+
+def _entry_name(entry: "os.DirEntry[str]") -> str:
+    return entry.name
 
 
 def has_extension(rel: str, extensions: FrozenSet[str]) -> bool:
     """Whether the file name's extension (lower case, with dot; os.path.splitext's rule: leading
     dots do not start one) is in extensions, without splitext's per-call overhead."""
-    name = rel[rel.rfind("/") + 1:]
-    dot = name.rfind(".")
-    return dot > 0 and name[:dot].strip(".") != "" and name[dot:].lower() in extensions
-
-
-def _sort_key(rel: str) -> Tuple[str, ...]:
-    return tuple(rel.split("/"))
+    dot = rel.rfind(".")
+    if dot < 0 or rel[dot:].lower() not in extensions:     # (an extension holds no "/")
+        return False
+    return rel[rel.rfind("/") + 1:dot].strip(".") != ""
 
 
 class ImageTreeSource(Source):
@@ -91,7 +98,7 @@ class ImageTreeSource(Source):
         root = src
         codec = make_image_codec(**options.codec_options())
         extensions = image_extensions()
-        all_files = sorted(walk_files(root), key=_sort_key)
+        all_files = list(walk_files(root))
         images = [rel for rel in all_files if has_extension(rel, extensions)]
         summary: Dict[str, Any] = {"files_seen": len(all_files), "image_files": len(images),
                                    "other_files": len(all_files) - len(images)}
@@ -158,26 +165,75 @@ class ImageTreeSource(Source):
         return self.encode_items(np.arange(start, stop, dtype=np.int64))
 
     def encode_items(self, items: np.ndarray) -> Iterator[Outcome]:
-        """Each image file is read on its own, so any order costs the same."""
+        """Each image file is read on its own, so any order costs the same. The samples go to the
+        sink in runs (ConvertedRun of EncodedRows) of at most RUN_IMAGES images and about RUN_BYTES
+        payload bytes: no Python object or sink step per image, and bounded memory for large ones."""
+        items = np.asarray(items, dtype=np.int64)
         prefix = os.path.join(self.root, "")           # one join per call, not per image
-        for index in np.asarray(items, dtype=np.int64).tolist():
-            rel = self.paths[index]
+        encode = self.codec.encode
+        crc = payload_crc32 if self.codec.mode == "raw" else zlib.crc32
+        paths = self.paths
+        run = _Run()
+        for index, label in zip(items.tolist(), self.labels[items].tolist()):
+            rel = paths[index]
             try:
                 data = read_regular_file(prefix + rel)
-                payload, detected = self.codec.encode(data)
+                payload, detected = encode(data)
             except OSError as exc:
                 yield Skipped(rel, f"cannot read ({exc.strerror or exc})")
                 continue
             except SampleError as exc:
                 yield Skipped(rel, str(exc))
                 continue
-            yield Converted(Encoded.make(payload, int(self.labels[index]), key=rel), len(data), detected)
+            run.add(payload, label, crc(payload), rel, detected, len(data))
+            if len(run.keys) >= RUN_IMAGES or run.payload_bytes >= RUN_BYTES:
+                yield run.outcome()
+                run = _Run()
+        if run.keys:
+            yield run.outcome()
+
+
+#: Most images in one run handed to the sink, and the payload bytes after which a run ends early.
+RUN_IMAGES = 256
+RUN_BYTES = 8 << 20
+
+
+class _Run:
+    """The columns of the samples of one run, filled image by image."""
+
+    def __init__(self) -> None:
+        self.payloads: List[Payload] = []
+        self.labels: List[int] = []
+        self.crcs: List[int] = []
+        self.keys: List[str] = []
+        self.tags: List[str] = []
+        self.source_bytes = self.payload_bytes = 0
+
+    def add(self, payload: Payload, label: int, crc: int, key: str, tag: str, source_bytes: int) -> None:
+        self.payloads.append(payload)
+        self.labels.append(label)
+        self.crcs.append(crc)
+        self.keys.append(key)
+        self.tags.append(tag)
+        self.source_bytes += source_bytes
+        self.payload_bytes += payload.nbytes if isinstance(payload, np.ndarray) else len(payload)
+
+    def outcome(self) -> ConvertedRun:
+        """The run as one outcome (raw arrays stacked into one block)."""
+        payloads: Any = self.payloads
+        if payloads and isinstance(payloads[0], np.ndarray):
+            payloads = np.stack(payloads)
+        return ConvertedRun(EncodedRows(payloads, self.labels, self.crcs, self.keys), self.source_bytes, self.tags)
+
+
+#: A source file is opened without blocking (a FIFO) and is not inherited by child processes.
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def read_regular_file(path: str) -> bytes:
     """All bytes of a regular file; SampleError for anything else (a FIFO named .jpg would
     otherwise block the conversion forever, a device would never end)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, _READ_FLAGS)
     try:
         stat = os.fstat(fd)
         if not S_ISREG(stat.st_mode):

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..errors import (ConversionError, ConversionInterrupted, EmptySourceError,
-                      ShardkitError, UsageError)
+                      ShardkitError, UnguardedMainError, UsageError)
 from ..formats import get_format
 from ..runtime.interrupt import SigintLatch
+from ..runtime.workers import exit_if_importing_main
 from .journal import Journal, claim_destination, remove_outputs, remove_stale_temps
 from ..manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, ShardTable, load_manifest
 from ..options import DEFAULT_FORMAT, PlanOptions, RunOptions, split_convert_options
@@ -57,6 +58,7 @@ class ConvertReport:
 def convert(src: str, dst: str, format: str = DEFAULT_FORMAT, **kwargs: Any) -> ConvertReport:
     """Convert SRC into a dataset of shards at DST; the keywords are the fields of the option
     classes in options.py (PlanOptions, RunOptions and the source kind's class)."""
+    exit_if_importing_main()
     plan, run, source_options = split_convert_options({"format": format, **kwargs})
     started = time.monotonic()
     src, dst = os.fspath(src), os.fspath(dst)
@@ -145,12 +147,25 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
     except KeyboardInterrupt:
         remove_stale_temps(dst)
         raise ConversionInterrupted(dst) from None
+    except ConversionError:
+        if not latch.hit:
+            raise
+        # a Ctrl-C that a library turned into an error of its own (torch.save: a RuntimeError
+        # "unexpected pos"), which the sink reported as a failed write: it is an interruption
+        remove_stale_temps(dst)
+        raise ConversionInterrupted(dst) from None
     except EmptySourceError:
         # Nothing usable: leave no trace that could pass for a dataset.
         if created_dst:
             shutil.rmtree(dst, ignore_errors=True)
         else:
             remove_outputs(dst)
+        raise
+    except UnguardedMainError:
+        # No worker started, so no shard was written: a DST made by this run goes again, and the
+        # same call works once the script is fixed.
+        if created_dst:
+            shutil.rmtree(dst, ignore_errors=True)
         raise
     except OSError as exc:
         if isinstance(exc, ShardkitError):

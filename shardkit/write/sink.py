@@ -201,6 +201,7 @@ def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[Progr
                 count += len(outcome.samples)
                 labels.update(outcome.samples.labels if isinstance(outcome.samples, EncodedRows)
                               else [sample.label for sample in outcome.samples])
+                tags.update(tag for tag in outcome.tags if tag)
                 source_bytes += outcome.source_bytes
                 report(len(outcome.samples), outcome.source_bytes)
                 continue

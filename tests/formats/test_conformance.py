@@ -158,6 +158,28 @@ class TestFormatConformance:
         assert facts(list(rows)) == facts(samples) and facts([rows[7]]) == facts(samples[7:8])
         _assert_runs_write_like_append(fmt, tmp_path, schema, samples, [rows[1:150], rows[150:150], rows[150:]])
 
+    @pytest.mark.parametrize("compression", ["none", "gzip"])
+    @pytest.mark.parametrize("small_batches", [False, True], ids=["batches", "small-batches"])
+    def test_a_run_of_byte_strings_writes_the_same_file_as_append(self, fmt: str, tmp_path: Path, compression: str,
+                                                                  small_batches: bool,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+        """EncodedRows of byte strings (how image files arrive) take a format's run path: the bytes
+        must not change, keys included, wherever a writer's internal batches end."""
+        if small_batches:
+            import shardkit.formats.lmdb_writer as lmdb_format
+            monkeypatch.setattr(lmdb_format, "BATCH_SAMPLES", 17)
+            monkeypatch.setattr(lmdb_format, "BATCH_BYTES", 20000)
+        schema = SampleSchema(kind="image", compression=compression)
+        if not _supports(fmt, schema):
+            pytest.skip(f"{fmt} does not store {compression}")
+        samples = [Encoded.make(sample.payload, sample.label, key=f"cls/{index:04d}.jpg")
+                   for index, sample in enumerate(_bytes_samples(120))]
+        rows = EncodedRows([sample.payload for sample in samples], [sample.label for sample in samples],
+                           [sample.crc32 for sample in samples], [sample.key for sample in samples])
+        assert [(item.payload, item.label, item.crc32, item.key) for item in rows[3:5]] == \
+            [(item.payload, item.label, item.crc32, item.key) for item in samples[3:5]]
+        _assert_runs_write_like_append(fmt, tmp_path, schema, samples, [rows[1:70], rows[70:70], rows[70:]])
+
     def test_append_many_refuses_a_wrong_shape(self, fmt: str, tmp_path: Path) -> None:
         samples = _array_samples(3) + [Encoded.make(np.zeros((5, 7, 2), dtype=np.uint8), 0)]
         writer = get_format(fmt).open_writer(str(tmp_path / f"bad{get_format(fmt).extension}"), ARRAY_SCHEMA,

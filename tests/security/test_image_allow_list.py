@@ -23,6 +23,26 @@ def test_eps_and_ps_are_not_image_files() -> None:
     assert {".jpg", ".png", ".webp", ".tif"} <= image_extensions()
 
 
+def test_the_fixed_extension_list_is_what_pillow_registers_for_the_allowed_formats() -> None:
+    """The scan takes its image extensions from a fixed list (importing no plugin); it must be the
+    list the installed Pillow registers for the allowed formats (a Pillow that adds one fails here)."""
+    from PIL import Image, features
+
+    from shardkit.codecs.image import _PLUGINS, _REPORTED_AS
+    try:
+        has_avif = features.check_module("avif")
+    except ValueError:                      # a Pillow older than its AVIF plugin
+        has_avif = False
+    if not has_avif:
+        pytest.skip("this Pillow has no AVIF plugin, so it registers fewer extensions")
+    Image.init()
+    allowed = set(IMAGE_FORMATS) | set(_REPORTED_AS)
+    registered = {ext.lower() for ext, name in Image.registered_extensions().items() if name in allowed}
+    assert image_extensions() == registered
+    assert set(_PLUGINS) == set(IMAGE_FORMATS)
+    assert all(Image.OPEN[name][0].__module__ == f"PIL.{_PLUGINS[name]}ImagePlugin" for name in IMAGE_FORMATS)
+
+
 def test_conversion_never_runs_ghostscript(tmp_path: Path) -> None:
     src = tmp_path / "src" / "cls"
     src.mkdir(parents=True)

@@ -1,0 +1,43 @@
+"""A Ctrl-C that lands inside a format library's own write is still an interruption (exit 130,
+--resume finishes), not a failed write: torch.save turns the KeyboardInterrupt raised in its
+write callback into a RuntimeError ("unexpected pos"), which the sink reports as a write error."""
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+import shardkit
+from shardkit.errors import ConversionInterrupted
+
+
+def test_ctrl_c_inside_torch_save_is_an_interruption(image_tree: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    import shardkit.formats.pt_writer as pt_format
+    real_save = torch.save
+    calls = []
+
+    def save_hit_by_ctrl_c(obj: object, handle: object) -> None:
+        calls.append(1)
+        if len(calls) == 2:         # the second shard: one is finished by then
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                real_save(obj, handle)
+            except KeyboardInterrupt:
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1344 vs 1238")
+        real_save(obj, handle)
+    monkeypatch.setattr(pt_format.torch, "save", save_hit_by_ctrl_c)
+    dst = tmp_path / "dst"
+    with pytest.raises(ConversionInterrupted) as caught:
+        shardkit.convert(str(image_tree), str(dst), format="pt", samples_per_shard=30, workers=1, quiet=True)
+    assert caught.value.exit_code == 130 and "--resume" in str(caught.value)
+    assert not (dst / "manifest.json").exists()
+    monkeypatch.setattr(pt_format.torch, "save", real_save)
+    report = shardkit.convert(str(image_tree), str(dst), format="pt", samples_per_shard=30, workers=1, quiet=True,
+                              resume=True)
+    assert report.shards_reused >= 1 and report.num_shards == report.shards_written + report.shards_reused
+    assert shardkit.verify(str(dst), workers=1).ok
