@@ -1,0 +1,183 @@
+"""The stored records of a dataset's shards in one process: a global index to (shard, local), the
+dataset's own LRU of readers opened through the checked path, and one-sample and batched reads
+with their checks. ShardDataset turns these records into samples."""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import os
+from typing import Any, Dict, List, Optional, Sequence, TypeVar
+
+import numpy as np
+
+from ..errors import CorruptShardError, UsageError
+from ..formats import (SampleChecks, ShardReader, check_reader, check_version, get_format, open_shard_file, reader_of,
+                       recorded_options)
+from ..integrity import hash_shard_file
+from ..manifest import Manifest, load_manifest
+from ..records import Encoded
+from .handles import ShardHandles, default_max_open_shards
+from .indices import sample_index, sample_indices
+from .openfiles import OPEN_FILES
+
+
+_Records = TypeVar("_Records", bound="ShardRecords")
+
+
+class ShardRecords:
+    """Random access to the stored record (Encoded) of every sample of a shardkit dataset.
+
+    Readers are opened lazily per process and kept in a bounded LRU of this object's own
+    (`max_open_shards`, default from the process's descriptor and map limits); they never cross
+    a fork or a pickle. `close()` (or a `with` block) releases them; reading again reopens lazily.
+    """
+
+    #: The format a subclass insists on (None: any).
+    format_name: Optional[str] = None
+    #: Keywords taken besides the format's reader options (suggested when one is misspelt).
+    keywords: Sequence[str] = ("verify_checksums", "max_open_shards")
+
+    def __init__(self, root: "str | os.PathLike[str]", verify_checksums: "bool | str" = False,
+                 max_open_shards: Optional[int] = None, _manifest: Optional[Manifest] = None,
+                 **format_options: Any) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        self.manifest: Manifest = _manifest if _manifest is not None else load_manifest(self.root)
+        if self.format_name is not None and self.manifest.format_name != self.format_name:
+            raise UsageError(f"holds {self.manifest.format_name} shards, not {self.format_name}; "
+                             "use shardkit.open_dataset to pick the right reader", path=self.root)
+        self._format = fmt = get_format(self.manifest.format_name)
+        check_version(fmt, self.manifest.format_version, self.root)
+        fmt.reader_options.from_dict(format_options, f"open_dataset ({fmt.name})", also=self.keywords)
+        #: The reader options: the manifest's, with the caller's on top (typed, hashable).
+        self._options = dataclasses.replace(recorded_options(fmt, self.manifest, self.root), **format_options)
+        if max_open_shards is None:
+            max_open_shards = default_max_open_shards()
+        if max_open_shards < 1:
+            raise UsageError("max_open_shards must be at least 1")
+        if verify_checksums not in (False, True, "full"):
+            raise UsageError(f"verify_checksums must be False, True or 'full', not {verify_checksums!r}")
+        self.verify_checksums = verify_checksums
+        self.max_open_shards = max_open_shards
+        self._options_key = (fmt.name, self._options, repr(self.manifest.schema.to_dict()))
+        self._checks = SampleChecks(self.manifest, self.root, bool(verify_checksums))
+        shards = self.manifest.shards
+        self._names: List[str] = shards.paths                  # checked relative paths, one column
+        self._paths = shards.joined(self.root)                 # joined when a shard is opened
+        self._sizes = shards.sizes
+        #: shard_starts[k] is the global index of shard k's first sample; the last entry is len(self).
+        self.shard_starts = np.zeros(len(shards) + 1, dtype=np.int64)
+        np.cumsum(shards.num_samples, out=self.shard_starts[1:])
+        self._starts: List[int] = self.shard_starts.tolist()   # one per shard; bisect on a list is fast
+        self._length = int(self.shard_starts[-1])
+        self._handles = ShardHandles(max_open_shards)
+        self._hashed: set = set()    # (pid, shard) whose sha256 matched (verify_checksums="full")
+
+    def __len__(self) -> int:
+        return self._length
+
+    def locate(self, index: Any) -> "tuple[int, int]":
+        """(shard number, index within shard) of a global index."""
+        return self._locate(sample_index(index, self._length))
+
+    def _locate(self, index: int) -> "tuple[int, int]":
+        """locate for an index already checked by sample_index (the per-sample path checks once)."""
+        shard = bisect.bisect_right(self._starts, index) - 1
+        return shard, index - self._starts[shard]
+
+    def reader(self, shard: int) -> ShardReader:
+        """The open reader of a shard (opened in this process on first use)."""
+        handles = self._handles
+        reader = handles.ready.get(shard)
+        if reader is not None and handles.generation == OPEN_FILES.generation:
+            if len(handles.ready) >= handles.capacity:     # order matters only once something must go
+                handles.ready.move_to_end(shard)
+            return reader
+        if self.verify_checksums == "full":
+            self._check_sha256_once(shard)
+        path, name = self._paths[shard], f"shard {shard}"
+        reader = handles.get(shard, self._options_key,
+                             lambda: open_shard_file(path, self.root, int(self._sizes[shard]), name),
+                             lambda fd: reader_of(self._format, self.manifest, shard, self._options, path, fd, name))
+        try:    # another dataset of the process may have opened the file (shared) after it was replaced
+            check_reader(reader, self.manifest, shard, path)
+        except CorruptShardError:
+            handles.discard(shard)
+            raise
+        return reader
+
+    def _check_sha256_once(self, shard: int) -> None:
+        """verify_checksums="full": hash each shard once per process, even when another dataset of
+        the process already holds it open."""
+        key = (os.getpid(), shard)
+        if key in self._hashed:
+            return
+        path = self._paths[shard]
+        try:
+            digest = hash_shard_file(path, self.root, int(self._sizes[shard]))
+        except (OSError, ValueError) as exc:
+            raise CorruptShardError(f"is missing, unreadable or not a regular file "
+                                    f"inside the dataset ({exc})", path=path, shard=shard) from None
+        if digest != self.manifest.shards.sha256s[shard]:
+            raise CorruptShardError("fails its sha256 check (its bytes changed after "
+                                    "conversion)", path=path, shard=shard)
+        self._hashed.add(key)
+
+    def key(self, index: Any) -> Optional[str]:
+        """The source key of a sample: its path relative to SRC (image trees), "file:row" (table
+        rows); None for a dataset written before keys were stored (format version 1)."""
+        shard, local = self.locate(index)
+        return self.reader(shard).key(local)
+
+    def read_encoded(self, index: Any) -> Encoded:
+        """The stored record of a global index (CRC and label range checked when verify_checksums)."""
+        return self._read(sample_index(index, self._length))
+
+    def _read(self, index: int) -> Encoded:
+        """read_encoded for an index already checked by sample_index (the per-sample path)."""
+        shard, local = self._locate(index)
+        return self._checks.read(self.reader(shard), shard, local, index)
+
+    def read_encoded_many(self, indices: Sequence[Any]) -> List[Encoded]:
+        """The stored records of global indices, in their order: one backend pass per shard."""
+        return self._read_many(sample_indices(indices, self._length))
+
+    def _read_many(self, wanted: np.ndarray) -> List[Encoded]:
+        """read_encoded_many for indices already checked by sample_indices."""
+        shards = np.searchsorted(self.shard_starts, wanted, side="right") - 1
+        groups: Dict[int, List[int]] = {}
+        for position, shard in enumerate(shards.tolist()):
+            groups.setdefault(shard, []).append(position)
+        globals_ = wanted.tolist()
+        out: List[Any] = [None] * len(globals_)
+        for shard, positions in groups.items():
+            reader, start = self.reader(shard), self._starts[shard]
+            if len(positions) == 1:
+                index = globals_[positions[0]]
+                out[positions[0]] = self._checks.read(reader, shard, index - start, index)
+                continue
+            picked = [globals_[position] for position in positions]
+            encoded = self._checks.read_many(reader, shard, [index - start for index in picked], picked)
+            for position, one in zip(positions, encoded):
+                out[position] = one
+        return out
+
+    def targets(self) -> np.ndarray:
+        """All labels in index order (reads each shard's label table, no payloads)."""
+        if not self._length:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([self.reader(shard).labels() for shard in range(len(self._paths))])
+
+    def close(self) -> None:
+        """Release this object's shard handles (a file other datasets still use stays open)."""
+        self._handles.close()
+
+    def __enter__(self: _Records) -> _Records:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_handles"] = ShardHandles(self.max_open_shards)      # handles never cross processes
+        return state
