@@ -4,9 +4,10 @@ Nothing in shardkit has a switch for them. This script replaces exactly these fu
 this process and in its DataLoader workers (Switchable: the state travels with each batch), with what reading did
 before the threat model (docs/reliability.md):
 
-  codecs.image.open_image              -> Image.open(stream): formats=None (every Pillow plugin, EPS
+  codecs.pillow.open_image, _open_allowed -> Image.open(stream): formats=None (every Pillow plugin, EPS
                                           included), no pixel-limit check of the header, no
-                                          DecompressionBombWarning filter
+                                          DecompressionBombWarning filter (decode_fully calls the
+                                          second, inside its own warning filter)
   codecs.decode.image_formats          -> the whole allow-list: the manifest's recorded formats unread
   codecs.decode.max_image_pixels       -> the default: the manifest's pixel limit unread
   formats.hdf5_reader.check_self_contained    -> nothing: no link, storage, filter or chunk-size checks
@@ -59,7 +60,7 @@ import torch.utils.data
 
 import shardkit
 import shardkit.codecs.decode
-import shardkit.codecs.image
+import shardkit.codecs.pillow
 import shardkit.read.dataset
 import shardkit.formats.checked
 import shardkit.formats.hdf5_reader
@@ -81,11 +82,11 @@ def _open_any_format(stream: Any, formats: Sequence[str] = (), max_pixels: int =
 
 
 def _every_allowed_format(schema: Any, source: Any = None) -> Tuple[str, ...]:
-    return shardkit.codecs.image.IMAGE_FORMATS
+    return shardkit.codecs.pillow.IMAGE_FORMATS
 
 
 def _default_pixel_limit(schema: Any) -> int:
-    return shardkit.codecs.image.DEFAULT_MAX_IMAGE_PIXELS
+    return shardkit.codecs.pillow.DEFAULT_MAX_IMAGE_PIXELS
 
 
 def _skipped(name: str) -> Callable[..., None]:
@@ -107,7 +108,8 @@ def _open_sized(path: Any, root: Any, size: int) -> int:
 
 #: (module, function name, what runs instead while the checks are off)
 SWITCHED: List[Tuple[Any, str, Callable[..., Any]]] = [
-    (shardkit.codecs.image, "open_image", _open_any_format),
+    (shardkit.codecs.pillow, "open_image", _open_any_format),
+    (shardkit.codecs.pillow, "_open_allowed", _open_any_format),
     (shardkit.codecs.decode, "image_formats", _every_allowed_format),
     (shardkit.codecs.decode, "max_image_pixels", _default_pixel_limit),
     (shardkit.formats.hdf5_reader, "check_self_contained", _skipped("check_self_contained")),
@@ -349,7 +351,7 @@ def check_costs(dst: str, args: argparse.Namespace) -> Dict[str, float]:
     """CPU seconds the checks add per open_dataset, per shard open and per decoded sample."""
     from PIL import Image
     from shardkit.codecs.decode import image_formats, max_image_pixels
-    from shardkit.codecs.image import open_image
+    from shardkit.codecs.pillow import open_image
     from shardkit.integrity import open_regular
     ds = shardkit.open_dataset(dst, decode=None)
     manifest, entry = ds.manifest, ds.manifest.shards[0]

@@ -5,7 +5,9 @@ from typing import Any, Optional, Tuple
 
 import click
 
-from ..codecs.image import DEFAULT_MAX_IMAGE_PIXELS, IMAGE_MODES
+from ..codecs.image import IMAGE_MODES
+
+from ..codecs.pillow import DEFAULT_MAX_IMAGE_PIXELS
 from ..codecs.validate import DEFAULT_VALIDATE, VALIDATE_MODES
 from ..write.conversion import convert
 from ..formats import format_names

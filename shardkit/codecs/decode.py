@@ -74,7 +74,7 @@ def _background(schema: SampleSchema) -> Tuple[int, int, int]:
 
 def max_image_pixels(schema: SampleSchema) -> int:
     """The pixel limit the manifest records (--max-image-pixels; the default for older datasets)."""
-    from .image import DEFAULT_MAX_IMAGE_PIXELS
+    from .pillow import DEFAULT_MAX_IMAGE_PIXELS
     value = schema.codec.get("max_image_pixels")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else DEFAULT_MAX_IMAGE_PIXELS
 
@@ -84,12 +84,13 @@ def make_image_decoder(background: Tuple[int, int, int] = (255, 255, 255), forma
     """payload bytes -> upright 8-bit RGB PIL image (the conversion's colour handling); only
     images in `formats` (default: every allowed format) of at most max_pixels are opened, and
     whatever goes wrong in Pillow is a SampleError (the dataset adds shard and index)."""
-    from .image import DEFAULT_MAX_IMAGE_PIXELS, IMAGE_FORMATS
+    from .pillow import DEFAULT_MAX_IMAGE_PIXELS, IMAGE_FORMATS
     allowed = tuple(formats) or IMAGE_FORMATS
     limit = max_pixels or DEFAULT_MAX_IMAGE_PIXELS
 
     def decode(payload: Payload) -> Any:
-        from .image import apply_orientation, decode_fully, to_rgb
+        from .image import apply_orientation, to_rgb
+        from .pillow import decode_fully
         return to_rgb(apply_orientation(decode_fully(_as_bytes_io(payload), allowed, limit)), background)
     return decode
 
@@ -136,5 +137,5 @@ def check_payload_decodes(schema: SampleSchema, payload: Payload,
     """Raise SampleError unless the payload decodes fully in a format the manifest's source
     record allows (used by verify --deep)."""
     if schema.kind == "image" and not schema.is_array:
-        from .image import open_checked
+        from .pillow import open_checked
         open_checked(bytes(payload), formats=image_formats(schema, source), max_pixels=max_image_pixels(schema))

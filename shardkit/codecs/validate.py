@@ -74,7 +74,7 @@ def check_structure(data: bytes, formats: Sequence[str], max_pixels: int) -> str
             return name
     from PIL import Image
 
-    from .image import open_image
+    from .pillow import open_image
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)

@@ -10,7 +10,9 @@ from typing import Any, Dict, FrozenSet, Iterator, List, Set, Tuple
 
 import numpy as np
 
-from ..codecs.image import ImageCodec, image_extensions, make_image_codec
+from ..codecs.image import ImageCodec, make_image_codec
+
+from ..codecs.pillow import image_extensions
 from ..errors import SampleError, SourceError
 from ..options import ImageOptions, RunOptions
 from ..records import EncodedRows, Payload, payload_crc32

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shardkit.codecs.image import IMAGE_FORMATS
+from shardkit.codecs.pillow import IMAGE_FORMATS
 from shardkit.codecs.markers import walk_jpeg, walk_png
 from shardkit.codecs.validate import check_structure
 from shardkit.errors import SampleError

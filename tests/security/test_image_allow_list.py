@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shardkit.codecs.image import IMAGE_FORMATS, image_extensions
+from shardkit.codecs.pillow import IMAGE_FORMATS, image_extensions
 from tests.faults.helpers import cli_env, run_cli
 from tests.security.crafted import EPS, fake_ghostscript, gs_calls, one_image_dataset, png_bytes
 
@@ -28,7 +28,7 @@ def test_the_fixed_extension_list_is_what_pillow_registers_for_the_allowed_forma
     list the installed Pillow registers for the allowed formats (a Pillow that adds one fails here)."""
     from PIL import Image, features
 
-    from shardkit.codecs.image import _PLUGINS, _REPORTED_AS
+    from shardkit.codecs.pillow import _PLUGINS, _REPORTED_AS
     try:
         has_avif = features.check_module("avif")
     except ValueError:                      # a Pillow older than its AVIF plugin

@@ -14,7 +14,8 @@ import pytest
 from PIL import Image
 
 import shardkit
-from shardkit.codecs.image import DEFAULT_MAX_IMAGE_PIXELS, to_rgb
+from shardkit.codecs.image import to_rgb
+from shardkit.codecs.pillow import DEFAULT_MAX_IMAGE_PIXELS
 from shardkit.errors import CorruptSampleError, UsageError
 from tests.faults.helpers import run_cli
 from tests.security.crafted import one_image_dataset, png_bytes, png_header_only

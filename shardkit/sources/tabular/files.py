@@ -64,7 +64,7 @@ def is_table_path(path: str) -> bool:
 
 def holds_table_tree(root: str) -> bool:
     """Whether a folder is a tabular source: some tabular file below it and no image file."""
-    from ...codecs.image import image_extensions
+    from ...codecs.pillow import image_extensions
     from ..image_tree import walk_files
     images = image_extensions()
     found = False
