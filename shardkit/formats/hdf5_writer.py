@@ -73,8 +73,8 @@ class HDF5Writer(ShardWriter):
             return
         self._data += memoryview(block.reshape(-1).view(np.uint8))
         if isinstance(samples, EncodedRows):
-            self._labels.extend(samples.labels)
-            self._crcs.extend(samples.crcs)
+            self._labels.frombytes(samples.labels.astype(np.int64).tobytes())
+            self._crcs.frombytes(samples.crcs.astype(np.uint32).tobytes())
             self._keys.extend(samples.keys, len(samples))
         else:
             self._labels.extend([sample.label for sample in samples])

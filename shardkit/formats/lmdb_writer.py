@@ -77,8 +77,8 @@ class LMDBWriter(ShardWriter):
             return
         assert isinstance(samples, EncodedRows)
         self._add_rows(memoryview(rows.reshape(-1)), len(rows))
-        self._labels.extend(samples.labels)
-        self._crcs.extend(crc & 0xFFFFFFFF for crc in samples.crcs)
+        self._labels.frombytes(samples.labels.astype(np.int64).tobytes())
+        self._crcs.frombytes(samples.crcs.astype(np.int64).tobytes())
         self._keys.extend(samples.keys, len(samples))
 
     def _add_rows(self, data: BytesLike, count: int) -> None:

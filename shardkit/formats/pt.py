@@ -80,10 +80,10 @@ class PTWriter(ShardWriter):
         count, width = rows.shape
         start = len(self._data)
         self._data += memoryview(rows.reshape(-1))
-        self._offsets.extend(range(start + width, start + width * count + 1, width) if width else [start] * count)
-        self._raw_lengths.extend([width] * count)
-        self._labels.extend(samples.labels)
-        self._crcs.extend(crc & 0xFFFFFFFF for crc in samples.crcs)
+        self._offsets.frombytes((start + width * np.arange(1, count + 1, dtype=np.int64)).tobytes())
+        self._raw_lengths.frombytes(np.full(count, width, dtype=np.int64).tobytes())
+        self._labels.frombytes(samples.labels.astype(np.int64).tobytes())
+        self._crcs.frombytes(samples.crcs.astype(np.int64).tobytes())
         self._keys.extend(samples.keys, len(samples))
 
     def close(self) -> None:
