@@ -141,14 +141,19 @@ def invalid_rows(records: _Records, start: int) -> Tuple[np.ndarray, Dict[int, T
     return np.asarray(sorted(notes)), notes
 
 
-def _prepare(codec: TabularCodec, arrays: List[Any], decimal: Optional[str]) -> List[Any]:
-    """What the codec converts, per array (features, text columns, label): numbers or distinct values."""
+def _kinds(codec: TabularCodec) -> List[str]:
+    """The type of each array read (features, text columns, label): float, int, category or text."""
     kinds = [column.type for column in codec.columns]
     if codec.label is not None:
         kinds.append("int" if codec.label.kind == "int" else "category")
+    return kinds
+
+
+def _prepare(codec: TabularCodec, arrays: List[Any], decimal: Optional[str]) -> List[Any]:
+    """What the codec converts, per array (features, text columns, label): numbers or distinct values."""
     return [numbers(array, decimal) if kind in ("float", "int") else
             category_values(array) if kind == "category" else None
-            for kind, array in zip(kinds, arrays)]
+            for kind, array in zip(_kinds(codec), arrays)]
 
 
 def _invalid_reason(fields: int, text: str, width: int) -> str:
@@ -184,7 +189,8 @@ def parse_file(job: Tuple[TableFile, Sequence[Column], str, Optional[LabelSpec],
     records = _Records(item, delimiter)
     rows = 0
     try:
-        for block in read_blocks(item, fields, delimiter):
+        categories = [position for position, kind in enumerate(_kinds(codec)) if kind == "category"]
+        for block in read_blocks(item, fields, delimiter, categories=categories):
             records.pending.extend(block.invalid)
             matrix, labels, tails, notes = block_rows(codec, item, block.arrays, rows, records)
             spill.append(matrix, labels, tails, notes)

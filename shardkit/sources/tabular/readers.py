@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass, field
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from ...errors import SourceError
 from .files import Head, TableFile, open_stream, read_some
@@ -44,15 +44,22 @@ def _arrow_errors() -> Tuple[type, ...]:
     return (OSError, EOFError, ValueError, pa.ArrowException)
 
 
-def read_blocks(item: TableFile, fields: List[int], delimiter: str) -> Iterator[Block]:
-    """The blocks of one file, with the arrays of `fields` (indices into the header), in file order."""
+def read_blocks(item: TableFile, fields: List[int], delimiter: str, batch_rows: Optional[int] = None,
+                categories: Sequence[int] = ()) -> Iterator[Block]:
+    """The blocks of one file, with the arrays of `fields` (indices into the header), in file order;
+    a Parquet file's of at most `batch_rows` rows (BATCH_ROWS; the sample asks for the few rows it reads).
+    categories: the positions among `fields` of category columns, which typed files hand over as
+    dictionary arrays where they store them so (Parquet's dictionary pages: no string per row)."""
     errors = _arrow_errors()
     try:
         if item.kind == "text":
             yield from _text_blocks(item, fields, delimiter)
         else:
-            for batch in _typed_batches(item, [item.head.header[index] for index in fields]):
-                yield Block([_plain(batch.column(position)) for position in range(len(fields))])
+            names = [item.head.header[index] for index in fields]
+            dictionary = [names[position] for position in categories]
+            for batch in _typed_batches(item, names, batch_rows or BATCH_ROWS, dictionary):
+                yield Block([batch.column(position) if position in categories else _plain(batch.column(position))
+                             for position in range(len(fields))])
     except SourceError:
         raise
     except errors as exc:
@@ -152,13 +159,13 @@ def _open_csv(handle: Any, names: List[str], wanted: List[str], delimiter: str, 
                                             check_utf8=False))
 
 
-def _typed_batches(item: TableFile, names: List[str]) -> Iterator[Any]:
+def _typed_batches(item: TableFile, names: List[str], batch_rows: int, dictionary: List[str]) -> Iterator[Any]:
     if item.kind == "parquet":
         import pyarrow.parquet as pq
-        with pq.ParquetFile(item.path) as parquet:
+        with pq.ParquetFile(item.path, read_dictionary=dictionary or None) as parquet:
             first, last = item.groups or (0, parquet.num_row_groups)
-            if first < last:    # batches of BATCH_ROWS, not whole row groups: memory, and a sample reads one
-                yield from parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=list(range(first, last)),
+            if first < last:    # batches of batch_rows, not whole row groups: memory, and a sample reads one
+                yield from parquet.iter_batches(batch_size=batch_rows, row_groups=list(range(first, last)),
                                                 columns=names, use_threads=False)
         return
     with open_stream(item.path, item.max_inflation) as handle:

@@ -27,11 +27,28 @@ def is_string(array: Any) -> bool:
 
 
 def distinct(array: Any) -> Distinct:
-    """The distinct values of a string array and the index of each row's value among them."""
+    """The distinct values of an array (as text) and the index of each row's value among them."""
+    import pyarrow as pa
     import pyarrow.compute as pc
+    if pa.types.is_dictionary(array.type):
+        return _used_values(array)
     encoded = pc.dictionary_encode(as_text(array))
     indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     return Distinct(strings(encoded.dictionary), indices)
+
+
+def _used_values(array: Any) -> Distinct:
+    """distinct() of a dictionary array: the values of its dictionary that its rows use (a Parquet
+    dictionary is its row group's, and may hold more), nulls as "" (missing)."""
+    size = len(array.dictionary)
+    indices = array.indices.fill_null(size) if array.null_count else array.indices
+    indices = indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    used = np.flatnonzero(np.bincount(indices, minlength=size + 1))
+    codes = np.zeros(size + 1, dtype=np.int64)
+    codes[used] = np.arange(len(used))
+    present = used[used < size]
+    uniques = strings(array.dictionary.take(present)) + ([""] if len(present) < len(used) else [])
+    return Distinct(uniques, codes[indices])
 
 
 def numbers(array: Any, decimal: Optional[str] = None) -> Any:
