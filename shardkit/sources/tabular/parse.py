@@ -18,7 +18,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...codecs.tabular import Column, LabelSpec, TabularCodec
-from .encode import OpenCodes, Parsed, RowEncoder
+from .encode import OpenCodes, RowEncoder
 from .files import TableFile
 from .readers import LineTracker, read_blocks
 from .spill import Spill, remove_spills
@@ -99,7 +99,7 @@ def block_rows(codec: RowEncoder, item: TableFile, arrays: List[Any], start: int
     values = _prepare(codec, arrays, item.decimal)
     reasons: Dict[int, str] = {}
     if item.kind == "text":                    # numbers Arrow could cast hold neither NUL nor bad UTF-8
-        reasons = dirty_rows([array for array, value in zip(arrays, values) if not isinstance(value, Parsed)])
+        reasons = dirty_rows(arrays, values)
     kept = None
     if reasons:
         mask = np.ones(size, dtype=bool)

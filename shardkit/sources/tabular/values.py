@@ -122,12 +122,24 @@ def strings(array: Any) -> List[str]:
     return text.to_pylist()
 
 
-def dirty_rows(arrays: List[Any]) -> Dict[int, str]:
-    """Rows of text files holding a NUL byte or invalid UTF-8 in one of the given columns, with why."""
+def dirty_rows(arrays: List[Any], values: List[Any]) -> Dict[int, str]:
+    """Rows of text files holding a NUL byte or invalid UTF-8, with why, given each column's array
+    and what it became: numbers Arrow could cast hold neither, distinct values are looked at once
+    each, text columns (None) row by row."""
     import pyarrow as pa
     import pyarrow.compute as pc
     reasons: Dict[int, str] = {}
-    for array in arrays:
+    for array, value in zip(arrays, values):
+        if isinstance(value, Parsed):
+            continue
+        if isinstance(value, Distinct):
+            bad = _dirty_values(value.uniques)
+            for why in (NUL_REASON, UTF8_REASON):
+                chosen = np.fromiter((index for index, found in bad.items() if found == why), dtype=np.int64)
+                if len(chosen):
+                    for index in np.flatnonzero(np.isin(value.indices, chosen)).tolist():
+                        reasons.setdefault(index, why)
+            continue
         nul = pc.match_substring(array, "\x00")
         if nul.true_count:
             for index in np.flatnonzero(nul.to_numpy(zero_copy_only=False)).tolist():
@@ -135,12 +147,27 @@ def dirty_rows(arrays: List[Any]) -> Dict[int, str]:
         try:
             array.validate(full=True)
         except pa.ArrowInvalid:
-            for index, value in enumerate(array.cast(pa.binary()).to_pylist()):
+            for index, text in enumerate(array.cast(pa.binary()).to_pylist()):
                 try:
-                    value.decode("utf-8")
+                    text.decode("utf-8")
                 except UnicodeDecodeError:
                     reasons.setdefault(index, UTF8_REASON)
     return reasons
+
+
+def _dirty_values(values: List[str]) -> Dict[int, str]:
+    """The index and reason of each value (strings() of a text file's field) holding a NUL or
+    invalid UTF-8 (which strings() keeps as lone surrogates)."""
+    found: Dict[int, str] = {}
+    for index, value in enumerate(values):
+        if "\x00" in value:
+            found[index] = NUL_REASON
+        elif not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                found[index] = UTF8_REASON
+    return found
 
 
 __all__ = ["as_text", "category_values", "dirty_rows", "distinct", "is_string", "numbers", "strings"]
