@@ -189,8 +189,11 @@ def parse_file(job: Tuple[TableFile, Sequence[Column], str, Optional[LabelSpec],
     records = _Records(item, delimiter)
     rows = 0
     try:
-        categories = [position for position, kind in enumerate(_kinds(codec)) if kind == "category"]
-        for block in read_blocks(item, fields, delimiter, categories=categories):
+        kinds = _kinds(codec)
+        categories = [position for position, kind in enumerate(kinds) if kind == "category"]
+        numeric = [position for position, kind in enumerate(kinds) if kind in ("float", "int")] \
+            if item.decimal is None else []
+        for block in read_blocks(item, fields, delimiter, categories=categories, numeric=numeric):
             records.pending.extend(block.invalid)
             matrix, labels, tails, notes = block_rows(codec, item, block.arrays, rows, records)
             spill.append(matrix, labels, tails, notes)

@@ -17,6 +17,9 @@ import io
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
+
+from ...codecs.tabular import MISSING_VALUES
 from ...errors import SourceError
 from .files import Head, TableFile, open_stream, read_some
 from .split import open_range
@@ -25,6 +28,9 @@ from .split import open_range
 BLOCK_BYTES = 1 << 20
 #: Rows of a JSON Lines, Parquet or Arrow file handed over at a time.
 BATCH_ROWS = 1 << 16
+#: Fields of a number column that Arrow reads as null (missing): the missing spellings but those
+#: it reads as NaN, which a block holding other missing values would count as missing too.
+NUMERIC_NULLS = sorted(MISSING_VALUES - {"nan", "NaN", "NAN", "-nan", "-NaN"})
 
 
 @dataclass
@@ -45,15 +51,17 @@ def _arrow_errors() -> Tuple[type, ...]:
 
 
 def read_blocks(item: TableFile, fields: List[int], delimiter: str, batch_rows: Optional[int] = None,
-                categories: Sequence[int] = ()) -> Iterator[Block]:
+                categories: Sequence[int] = (), numeric: Sequence[int] = ()) -> Iterator[Block]:
     """The blocks of one file, with the arrays of `fields` (indices into the header), in file order;
     a Parquet file's of at most `batch_rows` rows (BATCH_ROWS; the sample asks for the few rows it reads).
     categories: the positions among `fields` of category columns, which typed files hand over as
-    dictionary arrays where they store them so (Parquet's dictionary pages: no string per row)."""
+    dictionary arrays where they store them so (Parquet's dictionary pages: no string per row);
+    numeric: those of number columns, which text files hand over as float64 arrays while Arrow
+    reads every one of their fields as a number (no string per field; values.numbers explains)."""
     errors = _arrow_errors()
     try:
         if item.kind == "text":
-            yield from _text_blocks(item, fields, delimiter)
+            yield from _text_blocks(item, fields, delimiter, numeric)
         else:
             names = [item.head.header[index] for index in fields]
             dictionary = [names[position] for position in categories]
@@ -91,7 +99,43 @@ def _skip_to(handle: Any, offset: int, path: str) -> None:
         offset -= len(data)
 
 
-def _text_blocks(item: TableFile, fields: List[int], delimiter: str) -> Iterator[Block]:
+def _text_blocks(item: TableFile, fields: List[int], delimiter: str, numeric: Sequence[int]) -> Iterator[Block]:
+    """The blocks of a text file; the fields at the positions `numeric` parsed by Arrow as numbers
+    (float64, missing spellings null) while every one of them reads so, all as strings from the
+    first block that does not (the blocks before it are not handed over twice)."""
+    handed = rows = 0
+    if numeric:
+        try:
+            for block in _csv_blocks(item, fields, delimiter, numeric):
+                yield block
+                handed, rows = handed + 1, rows + len(block)
+            return
+        except _NotAllNumbers:
+            pass
+    passed = 0
+    for index, block in enumerate(_csv_blocks(item, fields, delimiter, ())):
+        if index < handed:
+            passed += len(block)
+            continue
+        if passed != rows:
+            raise SourceError(f"the blocks read as strings hold {passed} rows where those read as numbers held {rows}",
+                              path=item.name)
+        yield block
+
+
+class _NotAllNumbers(Exception):
+    """A numeric field of a block that Arrow does not read as a number, or reads as NaN."""
+
+
+def _holds_nan(array: Any) -> bool:
+    """Whether a float64 array holds a NaN (a null is not one)."""
+    if not array.null_count:
+        return bool(np.isnan(array.to_numpy()).any())
+    import pyarrow.compute as pc
+    return bool(pc.any(pc.is_nan(array)).as_py())
+
+
+def _csv_blocks(item: TableFile, fields: List[int], delimiter: str, numeric: Sequence[int]) -> Iterator[Block]:
     import pyarrow as pa
     head = item.head
     names = [f"f{index}" for index in range(len(head.header))]
@@ -103,14 +147,20 @@ def _text_blocks(item: TableFile, fields: List[int], delimiter: str) -> Iterator
         return "skip"
     with open_rows(item) as handle:
         try:
-            reader = _open_csv(NoTrailingCR(handle), names, wanted, delimiter, on_invalid)
+            reader = _open_csv(NoTrailingCR(handle), names, wanted, delimiter, on_invalid,
+                               [wanted[position] for position in numeric])
+            for batch in reader:
+                found, invalid = invalid, []
+                arrays = [batch.column(position) for position in range(len(wanted))]
+                if any(_holds_nan(arrays[position]) for position in numeric):
+                    raise _NotAllNumbers()          # "nan" reads as missing or as NaN, block by block
+                yield Block(arrays, found)
         except pa.ArrowInvalid as exc:
             if "Empty CSV file" in str(exc):      # nothing after the header
                 return
+            if numeric:
+                raise _NotAllNumbers() from None
             raise
-        for batch in reader:
-            found, invalid = invalid, []
-            yield Block([batch.column(position) for position in range(len(wanted))], found)
         if invalid:
             yield Block([pa.array([], pa.string()) for _ in wanted], invalid)
 
@@ -146,16 +196,19 @@ class NoTrailingCR:
         self._handle.close()
 
 
-def _open_csv(handle: Any, names: List[str], wanted: List[str], delimiter: str, on_invalid: Any) -> Any:
-    """Arrow's streaming CSV reader: every wanted field as a string, as written."""
+def _open_csv(handle: Any, names: List[str], wanted: List[str], delimiter: str, on_invalid: Any,
+              numeric: List[str]) -> Any:
+    """Arrow's streaming CSV reader: every wanted field as a string, as written, but those named
+    in `numeric` as float64, null where they spell a missing value (quoted or not)."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
+    types = {name: pa.float64() if name in numeric else pa.string() for name in wanted}
     return pcsv.open_csv(
         handle,
         read_options=pcsv.ReadOptions(column_names=names, block_size=BLOCK_BYTES, use_threads=False),
         parse_options=pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=True, invalid_row_handler=on_invalid),
-        convert_options=pcsv.ConvertOptions(include_columns=wanted, column_types={name: pa.string() for name in wanted},
-                                            strings_can_be_null=False, quoted_strings_can_be_null=False,
+        convert_options=pcsv.ConvertOptions(include_columns=wanted, column_types=types, null_values=NUMERIC_NULLS,
+                                            strings_can_be_null=False, quoted_strings_can_be_null=True,
                                             check_utf8=False))
 
 
