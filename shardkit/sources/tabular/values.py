@@ -74,6 +74,8 @@ def numbers(array: Any, decimal: Optional[str] = None) -> Any:
             return distinct(array)
         return Parsed(pc.fill_null(cast, float("nan")).to_numpy(zero_copy_only=False),
                       missing.to_numpy(zero_copy_only=False))
+    if pa.types.is_float64(array.type) and not array.null_count:     # as stored (text files' number columns)
+        return Parsed(array.to_numpy(), np.zeros(len(array), dtype=bool))
     if pa.types.is_boolean(array.type):
         array = pc.cast(array, pa.int8())
     missing = array.is_null().to_numpy(zero_copy_only=False)
