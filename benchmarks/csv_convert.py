@@ -133,10 +133,14 @@ def _cpu_seconds() -> float:
 
 def measure(path: str, methods: Dict[str, Callable[[str], object]],
             repeat: int) -> Dict[str, List[Tuple[float, float]]]:
-    """(wall, CPU) seconds of each method per repeat, interleaved; a method that returns a tuple timed itself."""
+    """(wall, CPU) seconds of each method per repeat, interleaved, each repeat starting one method
+    later (so no method always runs right after the same other one); a method that returns a tuple
+    timed itself."""
     times: Dict[str, List[Tuple[float, float]]] = {name: [] for name in methods}
-    for _ in range(repeat):
-        for name, method in methods.items():           # interleaved, so drift hits every method alike
+    names = list(methods)
+    for turn in range(repeat):
+        for name in names[turn % len(names):] + names[:turn % len(names)]:   # drift hits every method alike
+            method = methods[name]
             started, cpu = time.perf_counter(), _cpu_seconds()
             result = method(path)
             spent = (time.perf_counter() - started, _cpu_seconds() - cpu)
