@@ -17,10 +17,11 @@ SRC_TREE (another checkout of shardkit, e.g. `git archive main | tar -x -C /tmp/
 methods, interleaved with the others: "child: this tree" and "child: baseline", each a fresh
 process that converts a small file of the same kind first (imports, caches) and then times the
 conversion of the file itself — the before/after ratio of a change, measured in one run. With
---scaling, --workers 1 against 2 on the numeric CSV (scaling() explains its columns).
+--scaling, --workers 1 against 2 on the numeric CSV, of --scaling-rows rows (scaling() explains its columns).
 
     python benchmarks/csv_convert.py [--rows 200000] [--repeat 3] [--format hdf5] [--workdir DIR] [--memory]
                                      [--memory-rows 300000,900000] [--baseline SRC_TREE] [--scaling]
+                                     [--scaling-rows 2000000]
 """
 from __future__ import annotations
 
@@ -252,6 +253,8 @@ def main() -> None:
     parser.add_argument("--baseline", default=None, help="another shardkit source tree to compare with")
     parser.add_argument("--scaling", action="store_true",
                         help="also --workers 1 against 2 on the numeric CSV, with default and 16MB shards")
+    parser.add_argument("--scaling-rows", type=int, default=None,
+                        help="rows of the numeric CSV that --scaling converts (default: --rows)")
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="shardkit-table-bench-")
     os.makedirs(workdir, exist_ok=True)
@@ -300,8 +303,12 @@ def main() -> None:
                   f"{cpus[name] / cpus['shardkit']:.2f} |")
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
     if args.scaling:
+        large = files["numeric"]
+        if args.scaling_rows:
+            large = os.path.join(workdir, f"numeric-{args.scaling_rows}.csv")
+            make_numeric(large, args.scaling_rows)
         for options in ({}, {"shard_size": "16MB"}):
-            scaling(files["numeric"], workdir, args.repeat, options)
+            scaling(large, workdir, args.repeat, options)
     if args.memory:
         memory_table([int(count) for count in (args.memory_rows or str(args.rows)).split(",")], workdir)
     if not args.workdir:

@@ -1,7 +1,8 @@
 """Reading a tabular file as blocks of Arrow arrays, in bounded memory.
 
 Delimited text goes through pyarrow.csv's streaming reader (open_csv), every value read as a
-string (types are decided and checked by shardkit, not by Arrow's inference); rows whose number
+string (types are decided and checked by shardkit, not by Arrow's inference) — once the types are
+known, the number columns as float64 while every field of them reads as a number; rows whose number
 of fields differs from the header are handed back as invalid rows, in order. JSON Lines go
 through pyarrow.json's streaming reader, Parquet in batches of its row groups, Arrow IPC / Feather
 record batch by record batch; their values keep their stored types.
@@ -57,7 +58,7 @@ def read_blocks(item: TableFile, fields: List[int], delimiter: str, batch_rows: 
     categories: the positions among `fields` of category columns, which typed files hand over as
     dictionary arrays where they store them so (Parquet's dictionary pages: no string per row);
     numeric: those of number columns, which text files hand over as float64 arrays while Arrow
-    reads every one of their fields as a number (no string per field; values.numbers explains)."""
+    reads every one of their fields as a number (no string per field; _text_blocks explains)."""
     errors = _arrow_errors()
     try:
         if item.kind == "text":
