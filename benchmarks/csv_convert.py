@@ -16,10 +16,12 @@ and with --shard-size 16MB, at each row count of --memory-rows (default: --rows)
 SRC_TREE (another checkout of shardkit, e.g. `git archive main | tar -x -C /tmp/base`), two more
 methods, interleaved with the others: "child: this tree" and "child: baseline", each a fresh
 process that converts a small file of the same kind first (imports, caches) and then times the
-conversion of the file itself — the before/after ratio of a change, measured in one run.
+conversion of the file itself — the before/after ratio of a change, measured in one run. With
+--scaling, --workers 1 against 2 on the numeric CSV, of --scaling-rows rows (scaling() explains its columns).
 
     python benchmarks/csv_convert.py [--rows 200000] [--repeat 3] [--format hdf5] [--workdir DIR] [--memory]
-                                     [--memory-rows 300000,900000] [--baseline SRC_TREE]
+                                     [--memory-rows 300000,900000] [--baseline SRC_TREE] [--scaling]
+                                     [--scaling-rows 2000000]
 """
 from __future__ import annotations
 
@@ -132,10 +134,14 @@ def _cpu_seconds() -> float:
 
 def measure(path: str, methods: Dict[str, Callable[[str], object]],
             repeat: int) -> Dict[str, List[Tuple[float, float]]]:
-    """(wall, CPU) seconds of each method per repeat, interleaved; a method that returns a tuple timed itself."""
+    """(wall, CPU) seconds of each method per repeat, interleaved, each repeat starting one method
+    later (so no method always runs right after the same other one); a method that returns a tuple
+    timed itself."""
     times: Dict[str, List[Tuple[float, float]]] = {name: [] for name in methods}
-    for _ in range(repeat):
-        for name, method in methods.items():           # interleaved, so drift hits every method alike
+    names = list(methods)
+    for turn in range(repeat):
+        for name in names[turn % len(names):] + names[:turn % len(names)]:   # drift hits every method alike
+            method = methods[name]
             started, cpu = time.perf_counter(), _cpu_seconds()
             result = method(path)
             spent = (time.perf_counter() - started, _cpu_seconds() - cpu)
@@ -180,6 +186,62 @@ def memory_table(rows: List[int], workdir: str) -> None:
         os.remove(path)
 
 
+_SCALING_CHILD = """
+import json, resource, shutil, sys, time
+import shardkit
+from shardkit.sources.tabular import source
+def cpu():
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime
+marks = {}
+opened = source.TabularSource.open.__func__
+def timed_open(cls, *args, **kwargs):
+    found = opened(cls, *args, **kwargs)
+    marks["scan"] = (time.perf_counter(), *cpu())
+    return found
+source.TabularSource.open = classmethod(timed_open)
+src, dst, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+shutil.rmtree(dst, ignore_errors=True)
+start = (time.perf_counter(), *cpu())
+shardkit.convert(src, dst, label_column="label", workers=workers, quiet=True, **json.loads(sys.argv[4]))
+end = (time.perf_counter(), *cpu())
+scan = marks["scan"]
+print(json.dumps({"wall": end[0] - start[0], "scan_wall": scan[0] - start[0],
+                  "scan_self": scan[1] - start[1], "scan_children": scan[2] - start[2],
+                  "write_self": end[1] - scan[1], "write_children": end[2] - scan[2]}))
+"""
+
+
+def scaling(path: str, workdir: str, repeat: int, options: Dict[str, str]) -> None:
+    """--workers 1 against 2 on one file, in fresh processes (ABAB): wall seconds, and CPU seconds of
+    the scan and of the shard writing, the process's own and its worker processes'. The 2-core
+    estimate is what the CPU seconds take on two idle cores: the parent's own part, plus the
+    workers' part split over min(2, workers) cores (the scan's two byte ranges run at once; a
+    single shard is written by one process)."""
+    runs: Dict[int, List[Dict[str, float]]] = {1: [], 2: []}
+    for _ in range(repeat):
+        for workers in (1, 2):
+            done = subprocess.run([sys.executable, "-c", _SCALING_CHILD, path, os.path.join(workdir, "scaling-out"),
+                                   str(workers), json.dumps(options)], check=True, capture_output=True, text=True)
+            runs[workers].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    shards = len(json.loads(open(os.path.join(workdir, "scaling-out", "manifest.json")).read())["shards"])
+    print(f"\n{os.path.basename(path)}, {os.path.getsize(path) / 1e6:.0f} MB, {shards} shard(s), options {options}, "
+          f"medians of {repeat} ABAB runs, load average {os.getloadavg()[0]:.1f}:")
+    print()
+    print("| workers | wall s | scan: own CPU s | scan: workers' CPU s | write: own CPU s | write: workers' CPU s "
+          "| CPU s in all | 2-core estimate s |")
+    print("|---|---|---|---|---|---|---|---|")
+    estimates = {}
+    for workers, found in runs.items():
+        median = {key: statistics.median(run[key] for run in found) for key in found[0]}
+        total = median["scan_self"] + median["scan_children"] + median["write_self"] + median["write_children"]
+        estimates[workers] = (median["scan_self"] + median["scan_children"] / min(2, workers) + median["write_self"]
+                              + median["write_children"] / min(2, workers, shards))
+        print(f"| {workers} | {median['wall']:.2f} | {median['scan_self']:.2f} | {median['scan_children']:.2f} | "
+              f"{median['write_self']:.2f} | {median['write_children']:.2f} | {total:.2f} | {estimates[workers]:.2f} |")
+    print(f"\n2-core estimate, 1 worker / 2 workers: {estimates[1] / estimates[2]:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
@@ -189,6 +251,10 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--memory-rows", default=None, help="row counts for --memory, e.g. 300000,900000")
     parser.add_argument("--baseline", default=None, help="another shardkit source tree to compare with")
+    parser.add_argument("--scaling", action="store_true",
+                        help="also --workers 1 against 2 on the numeric CSV, with default and 16MB shards")
+    parser.add_argument("--scaling-rows", type=int, default=None,
+                        help="rows of the numeric CSV that --scaling converts (default: --rows)")
     args = parser.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="shardkit-table-bench-")
     os.makedirs(workdir, exist_ok=True)
@@ -236,6 +302,13 @@ def main() -> None:
                   f"{args.rows / seconds:,.0f} | {size / 1e6 / seconds:.1f} | {seconds / walls['shardkit']:.2f} | "
                   f"{cpus[name] / cpus['shardkit']:.2f} |")
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
+    if args.scaling:
+        large = files["numeric"]
+        if args.scaling_rows:
+            large = os.path.join(workdir, f"numeric-{args.scaling_rows}.csv")
+            make_numeric(large, args.scaling_rows)
+        for options in ({}, {"shard_size": "16MB"}):
+            scaling(large, workdir, args.repeat, options)
     if args.memory:
         memory_table([int(count) for count in (args.memory_rows or str(args.rows)).split(",")], workdir)
     if not args.workdir:

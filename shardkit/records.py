@@ -48,17 +48,53 @@ class Encoded:
         return payload_crc32(self.payload) == self.crc32
 
 
+class KeyRun(Sequence[str]):
+    """The keys of consecutive rows of one file, `prefix` + row number for rows first, first + 1,
+    ...: key i is `prefix + str(first + i)`, for i < length, kept as those three values, not a
+    string per row (formats pack such runs without making the strings)."""
+
+    def __init__(self, prefix: str, first: int, length: int) -> None:
+        if first < 0 or length < 0:
+            raise ValueError(f"a run of keys starts at a row >= 0 and holds >= 0 keys, not {first} and {length}")
+        self.prefix, self.first, self.length = prefix, first, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> "KeyRun": ...
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self.length)
+            if step != 1:
+                raise ValueError("a run of keys is sliced with step 1 only")
+            return KeyRun(self.prefix, self.first + start, max(0, stop - start))
+        if not -self.length <= index < self.length:
+            raise IndexError(f"key {index} of a run of {self.length}")
+        return f"{self.prefix}{self.first + index % self.length}"
+
+    def __iter__(self) -> Iterator[str]:
+        prefix = self.prefix
+        return (f"{prefix}{row}" for row in range(self.first, self.first + self.length))
+
+
 class EncodedRows(Sequence[Encoded]):
     """Consecutive samples held as columns: row i is Encoded(payloads[i], labels[i], crcs[i],
-    keys[i]). payloads is one block of fixed-shape arrays (an ndarray, first axis the rows) or a
-    list of byte strings. Sources of many samples (CSV rows, image files) hand these over so that
-    no Python object per sample is made unless a format asks for one."""
+    keys[i]), with labels (int64) and CRC32s (uint32) held as arrays. payloads is one block of
+    fixed-shape arrays (an ndarray, first axis the rows) or a list of byte strings. Sources of many
+    samples (CSV rows, image files) hand these over so that no Python object per sample is made
+    unless a format asks for one."""
 
-    def __init__(self, payloads: Union[np.ndarray, List[bytes]], labels: List[int], crcs: List[int],
-                 keys: Optional[Sequence[str]] = None) -> None:
+    def __init__(self, payloads: Union[np.ndarray, List[bytes]], labels: Union[np.ndarray, Sequence[int]],
+                 crcs: Union[np.ndarray, Sequence[int]], keys: Optional[Sequence[str]] = None) -> None:
         self.payloads = np.ascontiguousarray(payloads) if isinstance(payloads, np.ndarray) else payloads
-        self.labels = labels
-        self.crcs = crcs
+        self.labels = np.asarray(labels, dtype=np.int64).reshape(-1)
+        self.crcs = (np.asarray(crcs, dtype=np.int64) & 0xFFFFFFFF).astype(np.uint32) \
+            if not isinstance(crcs, np.ndarray) or crcs.dtype != np.uint32 else crcs.reshape(-1)
         self.keys = keys
 
     def __len__(self) -> int:
@@ -74,7 +110,7 @@ class EncodedRows(Sequence[Encoded]):
         if isinstance(index, slice):
             return EncodedRows(self.payloads[index], self.labels[index], self.crcs[index],
                                None if self.keys is None else self.keys[index])
-        return Encoded(self.payloads[index], self.labels[index], self.crcs[index],
+        return Encoded(self.payloads[index], int(self.labels[index]), int(self.crcs[index]),
                        None if self.keys is None else self.keys[index])
 
     def with_keys(self, keys: Sequence[str]) -> "EncodedRows":
@@ -82,4 +118,5 @@ class EncodedRows(Sequence[Encoded]):
         return EncodedRows(self.payloads, self.labels, self.crcs, keys)
 
     def __iter__(self) -> Iterator[Encoded]:
-        return map(Encoded, self.payloads, self.labels, self.crcs, repeat(None) if self.keys is None else self.keys)
+        return map(Encoded, self.payloads, self.labels.tolist(), self.crcs.tolist(),
+                   repeat(None) if self.keys is None else self.keys)

@@ -18,8 +18,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import UsageError
-from ..records import Encoded, EncodedRows, Payload
+from ..records import NO_LABEL, Encoded, EncodedRows, Payload
 from ..schema import LAYOUT_ARRAY, LAYOUT_BYTES, SampleSchema
+from .row_crc import row_crc32
 
 TABULAR_VERSION = 1
 COLUMN_TYPES = ("float", "int", "category", "text")
@@ -122,16 +123,16 @@ class TabularCodec:
         good = [index for index in range(count) if index not in reasons] if reasons else range(count)
         if reasons:
             matrix = matrix[np.asarray(good, dtype=np.int64)]
+        matrix = np.ascontiguousarray(matrix, dtype=self.dtype)
+        if tails is None and not reasons:     # the common case, without a Python step per row
+            crcs = row_crc32(matrix.view(np.uint8))
+            labels = np.full(count, NO_LABEL, dtype=np.int64) if label_values is None else \
+                np.asarray(label_values, dtype=np.int64)
+            return EncodedBatch(EncodedRows(matrix, labels, crcs), reasons)
         samples: List[Optional[Encoded]] = [None] * count
         width = self._row_bytes
-        matrix = np.ascontiguousarray(matrix, dtype=self.dtype)
         flat = memoryview(matrix.reshape(-1).view(np.uint8))
         crc32 = zlib.crc32
-        if tails is None and not reasons:     # the common case, without a Python step per field
-            crcs = [crc32(flat[start:start + width]) for start in range(0, count * width, width)] \
-                if width else [crc32(b"")] * count
-            labels = [-1] * count if label_values is None else np.asarray(label_values).astype(np.int64).tolist()
-            return EncodedBatch(EncodedRows(matrix, labels, crcs), reasons)
         for row, index in enumerate(good):
             label = -1 if label_values is None else int(label_values[index])
             if tails is not None:

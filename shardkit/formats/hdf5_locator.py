@@ -13,6 +13,7 @@ longer matches it, and is read through h5py with every structure check (`describ
 """
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 import zlib
@@ -97,13 +98,15 @@ def meta_crc32(view: Any, locator: Locator) -> int:
 
 def seal(path: str, locator: Locator) -> None:
     """Write the locator into the userblock of the closed HDF5 file at path (the file's size and
-    metadata CRC32 filled in first)."""
+    metadata CRC32 filled in first). The file is mapped, not read: only the userblock and HDF5's
+    metadata are looked at, so sealing a shard does not hold a copy of it."""
     with open(path, "r+b") as handle:
-        data = handle.read()
-        locator.file_size = len(data)
-        locator.meta_crc32 = meta_crc32(memoryview(data), locator)
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            locator.file_size = len(data)
+            locator.meta_crc32 = meta_crc32(data, locator)
+            blank = not any(data[:locator.userblock])
         encoded = locator.encode()
-        if len(encoded) > locator.userblock or any(data[:locator.userblock]):
+        if len(encoded) > locator.userblock or not blank:
             raise ValueError(f"{path}: the locator does not fit its userblock")
         handle.seek(0)
         handle.write(encoded)

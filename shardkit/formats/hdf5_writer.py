@@ -15,6 +15,7 @@ from .base import ShardWriter
 from .hdf5_layout import ARRAY_CHUNK, BYTES_CHUNK, FORMAT_NAME, FORMAT_VERSION
 from .hdf5_locator import locate, seal, userblock_size
 from .keys import KeyPacker
+from .packing import add_columns
 
 WRITE_BLOCK = 64 << 20
 #: array typecode of the writer's CRC32 list: 4-byte unsigned (half the memory of int64 per sample).
@@ -65,9 +66,7 @@ class HDF5Writer(ShardWriter):
             for payload in samples.payloads:
                 data += payload
                 offsets.append(len(data))
-            self._labels.extend(samples.labels)
-            self._crcs.extend(samples.crcs)
-            self._keys.extend(samples.keys, len(samples))
+            add_columns(self._labels, self._crcs, self._keys, samples)
             return
         if not self._schema.is_array or not samples:
             super().append_many(samples)
@@ -83,9 +82,7 @@ class HDF5Writer(ShardWriter):
             return
         self._data += memoryview(block.reshape(-1).view(np.uint8))
         if isinstance(samples, EncodedRows):
-            self._labels.extend(samples.labels)
-            self._crcs.extend(samples.crcs)
-            self._keys.extend(samples.keys, len(samples))
+            add_columns(self._labels, self._crcs, self._keys, samples)
         else:
             self._labels.extend([sample.label for sample in samples])
             self._crcs.extend([sample.crc32 for sample in samples])

@@ -11,11 +11,12 @@ inflates one block of about a thousand keys for a lookup, only when a key is ask
 from __future__ import annotations
 
 import zlib
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ..errors import CorruptSampleError, CorruptShardError
+from ..records import KeyRun
 
 #: Keys per compressed block.
 KEY_BLOCK = 1024
@@ -39,41 +40,89 @@ def _encoded(keys: Sequence[Optional[str]]) -> List[bytes]:
     return parts if len(parts) == len(keys) else [key_bytes(key) for key in keys]
 
 
+#: 10**d for d = 1..19: rows below each have at most d digits.
+_POWERS = 10 ** np.arange(1, 20, dtype=np.uint64)
+#: Rows of a KeyRun packed by run_bytes end below this (uint64 digits); later ones go key by key.
+RUN_ROWS_END = 10 ** 19
+
+
+def run_bytes(run: KeyRun) -> Tuple[np.ndarray, bytes]:
+    """(byte length of each key, the keys' bytes back to back) of a run of row keys, as key_bytes
+    gives them: the prefix's bytes, then the row number's ASCII digits, built for all rows at once."""
+    prefix = np.frombuffer(key_bytes(run.prefix), dtype=np.uint8)
+    rows = np.arange(run.first, run.first + run.length, dtype=np.uint64)
+    lengths = np.empty(run.length, dtype=np.int64)
+    pieces, start = [], 0
+    for digits, stop in enumerate(np.searchsorted(rows, _POWERS).tolist() + [run.length], start=1):
+        if stop > start:                                 # the rows of `digits` digits
+            keys = np.empty((stop - start, len(prefix) + digits), dtype=np.uint8)
+            keys[:, :len(prefix)] = prefix
+            value = rows[start:stop]
+            for column in range(len(prefix) + digits - 1, len(prefix) - 1, -1):
+                rest = value // 10
+                keys[:, column] = value - rest * 10 + ord("0")
+                value = rest
+            pieces.append(keys.tobytes())
+            lengths[start:stop] = len(prefix) + digits
+            start = stop
+    return lengths, b"".join(pieces)
+
+
+def _block(lengths: np.ndarray, data: Union[bytes, memoryview]) -> bytes:
+    """One stored key block: the zlib stream of its count, its keys' lengths and their bytes."""
+    header = np.empty(len(lengths) + 1, dtype="<u4")
+    header[0] = len(lengths)
+    header[1:] = lengths
+    return zlib.compress(header.tobytes() + data, KEY_LEVEL)
+
+
 class KeyPacker:
     """Collects a shard's keys while it is written; finish() gives (key data, key blocks)."""
 
     def __init__(self) -> None:
         self._blocks: List[bytes] = []
-        self._pending: List[bytes] = []
+        self._lengths: List[int] = []       # the block being filled: its keys' byte lengths ...
+        self._parts: List[bytes] = []       # ... and their bytes
         self.count = 0
 
     def add(self, key: Optional[str]) -> None:
         """The key of the next sample (None: unknown, stored as an empty key)."""
-        self._pending.append(key_bytes(key))
+        data = key_bytes(key)
+        self._lengths.append(len(data))
+        self._parts.append(data)
         self.count += 1
-        if len(self._pending) == KEY_BLOCK:
+        if len(self._lengths) == KEY_BLOCK:
             self._flush()
 
     def extend(self, keys: Optional[Sequence[Optional[str]]], count: int) -> None:
-        """Keys of the next `count` samples (None: all unknown)."""
-        encoded = [b""] * count if keys is None else _encoded(keys)
-        start = 0
-        while start < len(encoded):                 # whole runs into the pending block, not key by key
-            room = KEY_BLOCK - len(self._pending)
-            self._pending.extend(encoded[start:start + room])
-            start += room
-            if len(self._pending) == KEY_BLOCK:
-                self._flush()
-        self.count += len(encoded)
+        """Keys of the next `count` samples (None: all unknown); a KeyRun without a string per key."""
+        if isinstance(keys, KeyRun) and keys.first + keys.length <= RUN_ROWS_END:
+            lengths, data = run_bytes(keys)
+        else:
+            encoded = [b""] * count if keys is None else _encoded(keys)
+            lengths, data = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), b"".join(encoded)
+        ends = np.cumsum(lengths)
+        view, position, offset = memoryview(data), 0, 0
+        while position < len(lengths):               # whole runs into blocks, not key by key
+            take = min(KEY_BLOCK - len(self._lengths), len(lengths) - position)
+            end = int(ends[position + take - 1])
+            if take == KEY_BLOCK:                    # a whole block, straight from the run
+                self._blocks.append(_block(lengths[position:position + take], view[offset:end]))
+            else:
+                self._lengths.extend(lengths[position:position + take].tolist())
+                self._parts.append(data[offset:end])
+                if len(self._lengths) == KEY_BLOCK:
+                    self._flush()
+            position, offset = position + take, end
+        self.count += len(lengths)
 
     def _flush(self) -> None:
-        pending, self._pending = self._pending, []
-        header = np.array([len(pending)] + [len(key) for key in pending], dtype="<u4").tobytes()
-        self._blocks.append(zlib.compress(header + b"".join(pending), KEY_LEVEL))
+        self._blocks.append(_block(np.array(self._lengths, dtype=np.int64), b"".join(self._parts)))
+        self._lengths, self._parts = [], []
 
     def finish(self) -> Tuple[bytes, np.ndarray]:
         """(key data, int64 block offsets) of every key added."""
-        if self._pending:
+        if self._lengths:
             self._flush()
         offsets = np.zeros(len(self._blocks) + 1, dtype=np.int64)
         np.cumsum([len(block) for block in self._blocks], out=offsets[1:])

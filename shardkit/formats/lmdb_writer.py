@@ -15,7 +15,7 @@ from .base import ShardWriter
 from .keys import KeyPacker
 from .lmdb_layout import (CRCS_KEY, FLAG_ZLIB, FORMAT_NAME, FORMAT_VERSION, KEY_BLOCKS_KEY, KEYS_KEY, LABELS_KEY,
                           META_KEY, RECORD, RECORD_MAGIC, RECORD_VERSION, rows_per_block, sample_key)
-from .packing import BytesLike, compress, payload_bytes, raw_rows
+from .packing import BytesLike, add_columns, compress, payload_bytes, raw_rows
 
 #: The writer's first map size; it doubles whenever the next batch might not fit.
 INITIAL_MAP_SIZE = 16 << 20
@@ -81,22 +81,18 @@ class LMDBWriter(ShardWriter):
             return
         assert isinstance(samples, EncodedRows)
         self._add_rows(memoryview(rows.reshape(-1)), len(rows))
-        self._labels.extend(samples.labels)
-        self._crcs.extend(crc & 0xFFFFFFFF for crc in samples.crcs)
-        self._keys.extend(samples.keys, len(samples))
+        add_columns(self._labels, self._crcs, self._keys, samples)
 
     def _append_records(self, samples: EncodedRows) -> None:
         """One record per sample of a run whose payloads are byte strings."""
         schema, pack, add = self._schema, RECORD.pack, self._add
-        for payload, label, crc in zip(samples.payloads, samples.labels, samples.crcs):
+        for payload, label, crc in zip(samples.payloads, samples.labels.tolist(), samples.crcs.tolist()):
             raw = payload if type(payload) is bytes else payload_bytes(schema, payload)
             stored, compressed = compress(schema, raw)
             add(sample_key(self._values), pack(RECORD_MAGIC, RECORD_VERSION, FLAG_ZLIB if compressed else 0,
                                                crc & 0xFFFFFFFF, label, len(raw), len(stored)) + stored)
             self._values += 1
-        self._labels.extend(samples.labels)
-        self._crcs.extend(crc & 0xFFFFFFFF for crc in samples.crcs)
-        self._keys.extend(samples.keys, len(samples))
+        add_columns(self._labels, self._crcs, self._keys, samples)
 
     def _add_rows(self, data: BytesLike, count: int) -> None:
         """Add `count` rows' bytes to the open block, storing every block that fills."""

@@ -7,7 +7,8 @@ length checked before anything sized by it is allocated.
 from __future__ import annotations
 
 import zlib
-from typing import Optional, Sequence, Tuple, Union
+from array import array
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -104,3 +105,11 @@ def restore(schema: SampleSchema, stored: BytesLike, raw_length: int, compressed
     if schema.is_array:
         return np.frombuffer(raw, dtype=array_dtype(schema)).reshape(schema.shape)
     return raw
+
+
+def add_columns(labels: "array[int]", crcs: "array[int]", keys: Any, samples: EncodedRows) -> None:
+    """Append a run of samples' labels, CRC32s (in the type of the writer's crcs array) and keys
+    (keys: the writer's KeyPacker) to a writer's columns at once."""
+    labels.frombytes(samples.labels.astype(np.int64).tobytes())
+    crcs.frombytes(samples.crcs.astype(np.dtype(crcs.typecode)).tobytes())
+    keys.extend(samples.keys, len(samples))

@@ -4,13 +4,14 @@ from __future__ import annotations
 from array import array
 from typing import Any, Optional, Sequence
 
+import numpy as np
 import torch
 
 from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
 from .base import ShardWriter
 from .keys import KeyPacker
-from .packing import compress, payload_bytes, raw_rows
+from .packing import add_columns, compress, payload_bytes, raw_rows
 from .pt_layout import FORMAT_NAME, FORMAT_VERSION
 from .pt_locator import seal
 
@@ -59,9 +60,7 @@ class PTWriter(ShardWriter):
                 data += compress(schema, raw)[0]
                 offsets.append(len(data))
                 raw_lengths.append(len(raw))
-            self._labels.extend(samples.labels)
-            self._crcs.extend(crc & 0xFFFFFFFF for crc in samples.crcs)
-            self._keys.extend(samples.keys, len(samples))
+            add_columns(self._labels, self._crcs, self._keys, samples)
             return
         rows = raw_rows(self._schema, samples) if self._schema.compression == "none" else None
         if rows is None or self._data is None:
@@ -71,11 +70,9 @@ class PTWriter(ShardWriter):
         count, width = rows.shape
         start = len(self._data)
         self._data += memoryview(rows.reshape(-1))
-        self._offsets.extend(range(start + width, start + width * count + 1, width) if width else [start] * count)
-        self._raw_lengths.extend([width] * count)
-        self._labels.extend(samples.labels)
-        self._crcs.extend(crc & 0xFFFFFFFF for crc in samples.crcs)
-        self._keys.extend(samples.keys, len(samples))
+        self._offsets.frombytes((start + width * np.arange(1, count + 1, dtype=np.int64)).tobytes())
+        self._raw_lengths.frombytes(np.full(count, width, dtype=np.int64).tobytes())
+        add_columns(self._labels, self._crcs, self._keys, samples)
 
     def close(self) -> None:
         if self._data is None:

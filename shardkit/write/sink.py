@@ -199,8 +199,10 @@ def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[Progr
                 except Exception as exc:  # noqa: BLE001 - see the docstring
                     raise write_failure(final, task, exc) from None
                 count += len(outcome.samples)
-                labels.update(outcome.samples.labels if isinstance(outcome.samples, EncodedRows)
-                              else [sample.label for sample in outcome.samples])
+                if isinstance(outcome.samples, EncodedRows):
+                    count_labels(labels, outcome.samples.labels)
+                else:
+                    labels.update([sample.label for sample in outcome.samples])
                 tags.update(tag for tag in outcome.tags if tag)
                 source_bytes += outcome.source_bytes
                 report(len(outcome.samples), outcome.source_bytes)
@@ -244,6 +246,20 @@ NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOT
 _NO_ROOM = (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
 #: Free bytes below which a failed write is put down to a full file system.
 NEARLY_FULL = 1 << 20
+
+
+def count_labels(counter: Counter, labels: np.ndarray) -> None:
+    """Add the count of each label of a run to counter, in one numpy pass (not a step per row)."""
+    if not len(labels):
+        return
+    low, high = int(labels.min()), int(labels.max())
+    if high - low < 1 << 16:
+        counts = np.bincount(labels - low)
+        found = np.flatnonzero(counts)
+        values, numbers = found + low, counts[found]
+    else:
+        values, numbers = np.unique(labels, return_counts=True)
+    counter.update(dict(zip(values.tolist(), numbers.tolist())))
 
 
 def write_failure(final: Path, task: ShardTask, exc: BaseException) -> ConversionError:

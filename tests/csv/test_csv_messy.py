@@ -40,6 +40,23 @@ def test_bad_rows_are_skipped_and_listed_with_file_line_and_column(tmp_path, con
     assert ds.manifest.source["summary"]["skipped"] == 6
 
 
+def test_nul_and_bad_utf8_in_category_and_label_values_skip_their_rows(tmp_path, convert_csv, read_skipped):
+    """Category and class-label values are looked at once per distinct value: each row holding a bad
+    one is still skipped with its line, the first column's problem named, and the bad values reach
+    no vocabulary."""
+    rows = [b"1,red,cat", b"2,r\x00d,cat", b"3,blue,d\xffg", b"4,\xfe,c\x00t", b"5,blue,dog", b"6,r\x00d,dog",
+            b"7,caf\xc3\xa9,cat"]
+    src = _write(tmp_path / "cats.csv", b"x,colour,label\n" + b"\n".join(rows) + b"\n")
+    ds = convert_csv(src, label_column="label")
+    assert [ds[i][0].tolist()[0] for i in range(len(ds))] == [1.0, 5.0, 7.0]
+    assert [(entry["line"], entry["reason"].split(" (")[0]) for entry in read_skipped(ds.root)] == [
+        (3, "contains a NUL byte"), (4, "not valid UTF-8 text"), (5, "not valid UTF-8 text"),
+        (7, "contains a NUL byte")]
+    columns = {column["name"]: column for column in ds.manifest.schema.columns}
+    assert columns["colour"]["vocabulary"] == ["blue", "café", "red"]
+    assert ds.classes == ["cat", "dog"]
+
+
 def test_on_error_fail_stops_with_the_line_and_leaves_no_manifest(tmp_path, fmt):
     src = _write(tmp_path / "bad.csv", b"a,label\n1,0\n2,1\n3,0,9\n")
     dst = tmp_path / "dst"

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import shardkit
 from shardkit.cli import main
@@ -46,3 +48,24 @@ def test_decimal_comma_needs_another_delimiter(tmp_path: Path, make_csv) -> None
         shardkit.convert(str(src), str(tmp_path / "dst"), label_column="label", decimal=",", quiet=True)
     with pytest.raises(shardkit.UsageError, match="--decimal must be"):
         shardkit.convert(str(src), str(tmp_path / "dst"), label_column="label", decimal="x", quiet=True)
+
+
+FIELDS = st.sampled_from(["1.5", "-2", " 3e4 ", "inf", "Infinity", "+.5", "١٢", "1_000", "nan", "nAn", " nan ", "NA",
+                          "", " ", "n/a", "none", "x", "12 kg", "kg 12", "Inch", ".", "-", "e5", "0,5", "1,5e3", "日本"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(FIELDS, min_size=1, max_size=40), st.sampled_from([None, ","]))
+def test_the_quick_look_at_words_never_changes_the_warning(fields, decimal) -> None:
+    """mostly_numbers first skips columns that are surely mostly words (a check per distinct value);
+    its answer is the one float() on every distinct value gives."""
+    import pyarrow as pa
+
+    from shardkit.sources.tabular import types
+    sampled = pa.array(fields, pa.string())
+    quick = types.mostly_numbers("c", sampled, decimal, "f.csv")
+    original, types._mostly_words = types._mostly_words, lambda values: False
+    try:
+        assert quick == types.mostly_numbers("c", sampled, decimal, "f.csv")
+    finally:
+        types._mostly_words = original

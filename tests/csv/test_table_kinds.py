@@ -125,6 +125,23 @@ def test_typed_booleans_are_ints_and_strings_holding_numbers_are_inferred(tmp_pa
     assert [ds[index]["b"] for index in range(2)] == [1.0, 0.0] and math.isnan(ds[2]["b"])
 
 
+def test_a_parquet_dictionary_gives_only_the_values_its_rows_use(tmp_path: Path) -> None:
+    """Category columns come from Parquet's dictionary pages: a dictionary value no row uses never
+    reaches the vocabulary, a null is a missing value (code -1), and the samples equal those of the
+    same column stored as plain strings."""
+    kept = pa.DictionaryArray.from_arrays(pa.array([0, 0, None, 2, 0], pa.int32()),
+                                          pa.array(["used", "unused", "also"]))
+    plain = ["used", "used", None, "also", "used"]
+    digests = []
+    for name, column in (("dictionary", kept), ("plain", pa.array(plain))):
+        pq.write_table(pa.table({"k": column, "label": [0, 1, 0, 1, 1]}), tmp_path / f"{name}.parquet")
+        shardkit.convert(str(tmp_path / f"{name}.parquet"), str(tmp_path / name), label_column="label", quiet=True)
+        ds = shardkit.open_dataset(str(tmp_path / name), decode=None)
+        assert ds.vocabularies["k"] == ["also", "used"]
+        digests.append([ds.read_encoded(index).payload.tolist() for index in range(len(ds))])
+    assert digests[0] == digests[1] == [[1.0], [1.0], [-1.0], [0.0], [1.0]]
+
+
 def test_columns_that_are_not_scalars_are_refused_in_one_line(tmp_path: Path) -> None:
     table = pa.table({"v": [[1, 2], [3]], "x": [1.0, 2.0], "label": [0, 1]})
     pq.write_table(table, tmp_path / "nested.parquet")

@@ -18,7 +18,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...codecs.tabular import Column, LabelSpec, TabularCodec
-from .encode import OpenCodes, Parsed, RowEncoder
+from .encode import OpenCodes, RowEncoder
 from .files import TableFile
 from .readers import LineTracker, read_blocks
 from .spill import Spill, remove_spills
@@ -99,7 +99,7 @@ def block_rows(codec: RowEncoder, item: TableFile, arrays: List[Any], start: int
     values = _prepare(codec, arrays, item.decimal)
     reasons: Dict[int, str] = {}
     if item.kind == "text":                    # numbers Arrow could cast hold neither NUL nor bad UTF-8
-        reasons = dirty_rows([array for array, value in zip(arrays, values) if not isinstance(value, Parsed)])
+        reasons = dirty_rows(arrays, values)
     kept = None
     if reasons:
         mask = np.ones(size, dtype=bool)
@@ -141,14 +141,19 @@ def invalid_rows(records: _Records, start: int) -> Tuple[np.ndarray, Dict[int, T
     return np.asarray(sorted(notes)), notes
 
 
-def _prepare(codec: TabularCodec, arrays: List[Any], decimal: Optional[str]) -> List[Any]:
-    """What the codec converts, per array (features, text columns, label): numbers or distinct values."""
+def _kinds(codec: TabularCodec) -> List[str]:
+    """The type of each array read (features, text columns, label): float, int, category or text."""
     kinds = [column.type for column in codec.columns]
     if codec.label is not None:
         kinds.append("int" if codec.label.kind == "int" else "category")
+    return kinds
+
+
+def _prepare(codec: TabularCodec, arrays: List[Any], decimal: Optional[str]) -> List[Any]:
+    """What the codec converts, per array (features, text columns, label): numbers or distinct values."""
     return [numbers(array, decimal) if kind in ("float", "int") else
             category_values(array) if kind == "category" else None
-            for kind, array in zip(kinds, arrays)]
+            for kind, array in zip(_kinds(codec), arrays)]
 
 
 def _invalid_reason(fields: int, text: str, width: int) -> str:
@@ -184,7 +189,11 @@ def parse_file(job: Tuple[TableFile, Sequence[Column], str, Optional[LabelSpec],
     records = _Records(item, delimiter)
     rows = 0
     try:
-        for block in read_blocks(item, fields, delimiter):
+        kinds = _kinds(codec)
+        categories = [position for position, kind in enumerate(kinds) if kind == "category"]
+        numeric = [position for position, kind in enumerate(kinds) if kind in ("float", "int")] \
+            if item.decimal is None else []
+        for block in read_blocks(item, fields, delimiter, categories=categories, numeric=numeric):
             records.pending.extend(block.invalid)
             matrix, labels, tails, notes = block_rows(codec, item, block.arrays, rows, records)
             spill.append(matrix, labels, tails, notes)

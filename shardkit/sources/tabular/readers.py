@@ -1,7 +1,8 @@
 """Reading a tabular file as blocks of Arrow arrays, in bounded memory.
 
 Delimited text goes through pyarrow.csv's streaming reader (open_csv), every value read as a
-string (types are decided and checked by shardkit, not by Arrow's inference); rows whose number
+string (types are decided and checked by shardkit, not by Arrow's inference) — once the types are
+known, the number columns as float64 while every field of them reads as a number; rows whose number
 of fields differs from the header are handed back as invalid rows, in order. JSON Lines go
 through pyarrow.json's streaming reader, Parquet in batches of its row groups, Arrow IPC / Feather
 record batch by record batch; their values keep their stored types.
@@ -15,8 +16,11 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass, field
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
+
+from ...codecs.tabular import MISSING_VALUES
 from ...errors import SourceError
 from .files import Head, TableFile, open_stream, read_some
 from .split import open_range
@@ -25,6 +29,9 @@ from .split import open_range
 BLOCK_BYTES = 1 << 20
 #: Rows of a JSON Lines, Parquet or Arrow file handed over at a time.
 BATCH_ROWS = 1 << 16
+#: Fields of a number column that Arrow reads as null (missing): the missing spellings but those
+#: it reads as NaN, which a block holding other missing values would count as missing too.
+NUMERIC_NULLS = sorted(MISSING_VALUES - {"nan", "NaN", "NAN", "-nan", "-NaN"})
 
 
 @dataclass
@@ -44,15 +51,24 @@ def _arrow_errors() -> Tuple[type, ...]:
     return (OSError, EOFError, ValueError, pa.ArrowException)
 
 
-def read_blocks(item: TableFile, fields: List[int], delimiter: str) -> Iterator[Block]:
-    """The blocks of one file, with the arrays of `fields` (indices into the header), in file order."""
+def read_blocks(item: TableFile, fields: List[int], delimiter: str, batch_rows: Optional[int] = None,
+                categories: Sequence[int] = (), numeric: Sequence[int] = ()) -> Iterator[Block]:
+    """The blocks of one file, with the arrays of `fields` (indices into the header), in file order;
+    a Parquet file's of at most `batch_rows` rows (BATCH_ROWS; the sample asks for the few rows it reads).
+    categories: the positions among `fields` of category columns, which typed files hand over as
+    dictionary arrays where they store them so (Parquet's dictionary pages: no string per row);
+    numeric: those of number columns, which text files hand over as float64 arrays while Arrow
+    reads every one of their fields as a number (no string per field; _text_blocks explains)."""
     errors = _arrow_errors()
     try:
         if item.kind == "text":
-            yield from _text_blocks(item, fields, delimiter)
+            yield from _text_blocks(item, fields, delimiter, numeric)
         else:
-            for batch in _typed_batches(item, [item.head.header[index] for index in fields]):
-                yield Block([_plain(batch.column(position)) for position in range(len(fields))])
+            names = [item.head.header[index] for index in fields]
+            dictionary = [names[position] for position in categories]
+            for batch in _typed_batches(item, names, batch_rows or BATCH_ROWS, dictionary):
+                yield Block([batch.column(position) if position in categories else _plain(batch.column(position))
+                             for position in range(len(fields))])
     except SourceError:
         raise
     except errors as exc:
@@ -84,7 +100,43 @@ def _skip_to(handle: Any, offset: int, path: str) -> None:
         offset -= len(data)
 
 
-def _text_blocks(item: TableFile, fields: List[int], delimiter: str) -> Iterator[Block]:
+def _text_blocks(item: TableFile, fields: List[int], delimiter: str, numeric: Sequence[int]) -> Iterator[Block]:
+    """The blocks of a text file; the fields at the positions `numeric` parsed by Arrow as numbers
+    (float64, missing spellings null) while every one of them reads so, all as strings from the
+    first block that does not (the blocks before it are not handed over twice)."""
+    handed = rows = 0
+    if numeric:
+        try:
+            for block in _csv_blocks(item, fields, delimiter, numeric):
+                yield block
+                handed, rows = handed + 1, rows + len(block)
+            return
+        except _NotAllNumbers:
+            pass
+    passed = 0
+    for index, block in enumerate(_csv_blocks(item, fields, delimiter, ())):
+        if index < handed:
+            passed += len(block)
+            continue
+        if passed != rows:
+            raise SourceError(f"the blocks read as strings hold {passed} rows where those read as numbers held {rows}",
+                              path=item.name)
+        yield block
+
+
+class _NotAllNumbers(Exception):
+    """A numeric field of a block that Arrow does not read as a number, or reads as NaN."""
+
+
+def _holds_nan(array: Any) -> bool:
+    """Whether a float64 array holds a NaN (a null is not one)."""
+    if not array.null_count:
+        return bool(np.isnan(array.to_numpy()).any())
+    import pyarrow.compute as pc
+    return bool(pc.any(pc.is_nan(array)).as_py())
+
+
+def _csv_blocks(item: TableFile, fields: List[int], delimiter: str, numeric: Sequence[int]) -> Iterator[Block]:
     import pyarrow as pa
     head = item.head
     names = [f"f{index}" for index in range(len(head.header))]
@@ -96,14 +148,20 @@ def _text_blocks(item: TableFile, fields: List[int], delimiter: str) -> Iterator
         return "skip"
     with open_rows(item) as handle:
         try:
-            reader = _open_csv(NoTrailingCR(handle), names, wanted, delimiter, on_invalid)
+            reader = _open_csv(NoTrailingCR(handle), names, wanted, delimiter, on_invalid,
+                               [wanted[position] for position in numeric])
+            for batch in reader:
+                found, invalid = invalid, []
+                arrays = [batch.column(position) for position in range(len(wanted))]
+                if any(_holds_nan(arrays[position]) for position in numeric):
+                    raise _NotAllNumbers()          # "nan" reads as missing or as NaN, block by block
+                yield Block(arrays, found)
         except pa.ArrowInvalid as exc:
             if "Empty CSV file" in str(exc):      # nothing after the header
                 return
+            if numeric:
+                raise _NotAllNumbers() from None
             raise
-        for batch in reader:
-            found, invalid = invalid, []
-            yield Block([batch.column(position) for position in range(len(wanted))], found)
         if invalid:
             yield Block([pa.array([], pa.string()) for _ in wanted], invalid)
 
@@ -139,26 +197,29 @@ class NoTrailingCR:
         self._handle.close()
 
 
-def _open_csv(handle: Any, names: List[str], wanted: List[str], delimiter: str, on_invalid: Any) -> Any:
-    """Arrow's streaming CSV reader: every wanted field as a string, as written."""
+def _open_csv(handle: Any, names: List[str], wanted: List[str], delimiter: str, on_invalid: Any,
+              numeric: List[str]) -> Any:
+    """Arrow's streaming CSV reader: every wanted field as a string, as written, but those named
+    in `numeric` as float64, null where they spell a missing value (quoted or not)."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
+    types = {name: pa.float64() if name in numeric else pa.string() for name in wanted}
     return pcsv.open_csv(
         handle,
         read_options=pcsv.ReadOptions(column_names=names, block_size=BLOCK_BYTES, use_threads=False),
         parse_options=pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=True, invalid_row_handler=on_invalid),
-        convert_options=pcsv.ConvertOptions(include_columns=wanted, column_types={name: pa.string() for name in wanted},
-                                            strings_can_be_null=False, quoted_strings_can_be_null=False,
+        convert_options=pcsv.ConvertOptions(include_columns=wanted, column_types=types, null_values=NUMERIC_NULLS,
+                                            strings_can_be_null=False, quoted_strings_can_be_null=True,
                                             check_utf8=False))
 
 
-def _typed_batches(item: TableFile, names: List[str]) -> Iterator[Any]:
+def _typed_batches(item: TableFile, names: List[str], batch_rows: int, dictionary: List[str]) -> Iterator[Any]:
     if item.kind == "parquet":
         import pyarrow.parquet as pq
-        with pq.ParquetFile(item.path) as parquet:
+        with pq.ParquetFile(item.path, read_dictionary=dictionary or None) as parquet:
             first, last = item.groups or (0, parquet.num_row_groups)
-            if first < last:    # batches of BATCH_ROWS, not whole row groups: memory, and a sample reads one
-                yield from parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=list(range(first, last)),
+            if first < last:    # batches of batch_rows, not whole row groups: memory, and a sample reads one
+                yield from parquet.iter_batches(batch_size=batch_rows, row_groups=list(range(first, last)),
                                                 columns=names, use_threads=False)
         return
     with open_stream(item.path, item.max_inflation) as handle:

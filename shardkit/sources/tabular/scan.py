@@ -122,7 +122,7 @@ def sample(files: List[TableFile], stored: List[str], label_name: Optional[str],
     taken = 0
     for item in files:
         fields = item.indices + ([item.label_index] if item.label_index is not None else [])
-        for block in read_blocks(item, fields, delimiter):
+        for block in read_blocks(item, fields, delimiter, SAMPLE_ROWS - taken):
             wanted = min(len(block), SAMPLE_ROWS - taken)
             for found, array in zip(pieces, block.arrays):
                 found.append(array.slice(0, wanted))

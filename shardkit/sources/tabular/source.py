@@ -21,7 +21,7 @@ import numpy as np
 from ...codecs.tabular import Column, EncodedBatch, TabularCodec
 from ...errors import EmptySourceError, UsageError
 from ...options import RunOptions, TabularOptions
-from ...records import EncodedRows
+from ...records import EncodedRows, KeyRun
 from ..base import Converted, ConvertedRun, Outcome, SampleBytes, Skipped, Source
 from .files import TableFile, check_inflation, holds_table_tree, is_table_path, normalize_decimal, normalize_delimiter
 from .parse import ParsedTable, parse_files
@@ -203,7 +203,7 @@ class TabularSource(Source):
             lines = {position: line for position, (line, _) in rows.bad.items()}
             first = begin + item.first_row - self._file_first_row[item.path] + 1
             key_name = _key_name(item)
-            keys = [f"{key_name}:{row}" for row in range(first, first + len(vectors))]
+            keys = KeyRun(f"{key_name}:", first, len(vectors))
             yield from _outcomes(self.codec.samples(vectors, labels, rows.tails, reasons), item.name, lines, per_row,
                                  keys)
 
@@ -214,7 +214,7 @@ def _key_name(item: TableFile) -> str:
 
 
 def _outcomes(batch: EncodedBatch, name: str, lines: Dict[int, int], per_row: int,
-              keys: List[str]) -> Iterator[Outcome]:
+              keys: KeyRun) -> Iterator[Outcome]:
     """The batch's samples (each with its key "file:row") as one run when all rows are good, else
     row by row with a Skipped (file name, line) for each bad one."""
     samples = batch.samples

@@ -31,8 +31,7 @@ PREFIX = "shardkit-csv-"
 
 def record_type(dtype: str, features: int, texts: bool) -> np.dtype:
     """One row on disk: its vector, label, where its skip note is (-1: none) and where its text part ends."""
-    fields = [("vector", np.dtype(dtype).newbyteorder("<"), (features,)), ("label", "<i8"), ("skip", "<i8"),
-              ("line", "<i8")]
+    fields = [("vector", np.dtype(dtype).newbyteorder("<"), (features,)), ("label", "<i8"), ("skip", "<i8")]
     if texts:
         fields.append(("text_end", "<i8"))
     return np.dtype(fields)
@@ -47,7 +46,6 @@ class SpilledRows:
     labels: np.ndarray
     tails: Optional[List[bytes]]
     bad: Dict[int, Tuple[int, str]]
-    lines: Optional[np.ndarray] = None      # the line each row starts on (its key)
 
 
 class Spill:
@@ -92,17 +90,16 @@ class Spill:
 
     # ---- writing (the scan) ---------------------------------------------------------------
     def append(self, vectors: np.ndarray, labels: Optional[np.ndarray], tails: Optional[List[bytes]],
-               bad: Dict[int, Tuple[int, str]], lines: Optional[List[int]] = None) -> None:
+               bad: Dict[int, Tuple[int, str]]) -> None:
         """Add len(vectors) rows; bad maps a row's index among them to its (line, reason)."""
         with self._writing():
-            self._append(vectors, labels, tails, bad, lines)
+            self._append(vectors, labels, tails, bad)
 
     def _append(self, vectors: np.ndarray, labels: Optional[np.ndarray], tails: Optional[List[bytes]],
-                bad: Dict[int, Tuple[int, str]], lines: Optional[List[int]]) -> None:
+                bad: Dict[int, Tuple[int, str]]) -> None:
         rows, texts, skips = self._writers
-        block = np.zeros(len(vectors), dtype=self.record)
+        block = np.empty(len(vectors), dtype=self.record)      # every field is set below
         block["vector"] = vectors
-        block["line"] = 0 if lines is None else lines
         block["label"] = -1 if labels is None else labels
         block["skip"] = -1
         for index in sorted(bad):
@@ -117,7 +114,7 @@ class Spill:
             block["text_end"] = ends
             texts.write(b"".join(tails))
             self._text_bytes = int(ends[-1]) if len(ends) else self._text_bytes
-        rows.write(block.tobytes())
+        rows.write(memoryview(block).cast("B"))
         self.rows += len(block)
 
     def finish(self) -> None:
@@ -160,7 +157,7 @@ class Spill:
                     handle.seek(int(block["skip"][index]))
                     line, reason = json.loads(handle.readline())
                     bad[index] = (int(line), reason)
-        return SpilledRows(np.array(block["vector"]), np.array(block["label"]), tails, bad, np.array(block["line"]))
+        return SpilledRows(np.array(block["vector"]), np.array(block["label"]), tails, bad)
 
     def remove(self) -> None:
         """Delete the files, in the owner process (the shard writers merely read them)."""

@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ...codecs.tabular import COLUMN_TYPES, EXACT_INT, Column
-from .encode import Parsed, is_missing, parse_floats
+from ...codecs.tabular import COLUMN_TYPES, EXACT_INT, MISSING_VALUES, Column
+from .encode import Distinct, Parsed, is_missing, parse_floats
 from ...errors import SourceError, UsageError
 from .values import is_string, numbers, strings
 
@@ -119,6 +119,8 @@ def mostly_numbers(name: str, sampled: Any, decimal: Optional[str], where: str) 
                 return f"{where}: column {name!r} became a category, but its values are numbers with a decimal " \
                        "comma: pass --decimal , (with another --delimiter than ',')"
             continue
+        if _mostly_words(values):
+            continue
         _, bad, missing = parse_floats(values.uniques)
         present = int((~missing[values.indices]).sum()) if len(values.uniques) else 0
         stray = int(np.isin(values.indices, np.fromiter(bad, dtype=np.int64)).sum())
@@ -128,6 +130,22 @@ def mostly_numbers(name: str, sampled: Any, decimal: Optional[str], where: str) 
             return (f"{where}: column {name!r} became a category because {stray} of {present} sampled values are "
                     f"not numbers (e.g. {examples}); {hint}declare it float in --schema to skip those rows instead")
     return None
+
+
+def _mostly_words(values: Distinct) -> bool:
+    """Whether more than a tenth of the values are sure not to be numbers (not missing, and not
+    starting as float() needs: a digit, sign, point, inf or nan): a check per distinct value that
+    spares mostly_numbers the float() of each when a column holds words."""
+    if not len(values.uniques):
+        return False
+    first = [value.strip()[:1] for value in values.uniques]
+    words = np.fromiter((bool(char) and not (char in "+-.iInN" or char.isdecimal()) and not is_missing(value)
+                         for char, value in zip(first, values.uniques)), dtype=bool, count=len(first))
+    if not words.any():
+        return False
+    counts = np.bincount(values.indices, minlength=len(words))
+    spelled_missing = np.fromiter((value in MISSING_VALUES for value in values.uniques), dtype=bool, count=len(first))
+    return int(counts[words].sum()) > int(counts[~spelled_missing].sum()) // 10
 
 
 def _infer_from_text(values: Sequence[str]) -> str:

@@ -27,11 +27,28 @@ def is_string(array: Any) -> bool:
 
 
 def distinct(array: Any) -> Distinct:
-    """The distinct values of a string array and the index of each row's value among them."""
+    """The distinct values of an array (as text) and the index of each row's value among them."""
+    import pyarrow as pa
     import pyarrow.compute as pc
+    if pa.types.is_dictionary(array.type):
+        return _used_values(array)
     encoded = pc.dictionary_encode(as_text(array))
     indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     return Distinct(strings(encoded.dictionary), indices)
+
+
+def _used_values(array: Any) -> Distinct:
+    """distinct() of a dictionary array: the values of its dictionary that its rows use (a Parquet
+    dictionary is its row group's, and may hold more), nulls as "" (missing)."""
+    size = len(array.dictionary)
+    indices = array.indices.fill_null(size) if array.null_count else array.indices
+    indices = indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    used = np.flatnonzero(np.bincount(indices, minlength=size + 1))
+    codes = np.zeros(size + 1, dtype=np.int64)
+    codes[used] = np.arange(len(used))
+    present = used[used < size]
+    uniques = strings(array.dictionary.take(present)) + ([""] if len(present) < len(used) else [])
+    return Distinct(uniques, codes[indices])
 
 
 def numbers(array: Any, decimal: Optional[str] = None) -> Any:
@@ -57,6 +74,8 @@ def numbers(array: Any, decimal: Optional[str] = None) -> Any:
             return distinct(array)
         return Parsed(pc.fill_null(cast, float("nan")).to_numpy(zero_copy_only=False),
                       missing.to_numpy(zero_copy_only=False))
+    if pa.types.is_float64(array.type) and not array.null_count:     # as stored (text files' number columns)
+        return Parsed(array.to_numpy(), np.zeros(len(array), dtype=bool))
     if pa.types.is_boolean(array.type):
         array = pc.cast(array, pa.int8())
     missing = array.is_null().to_numpy(zero_copy_only=False)
@@ -105,12 +124,24 @@ def strings(array: Any) -> List[str]:
     return text.to_pylist()
 
 
-def dirty_rows(arrays: List[Any]) -> Dict[int, str]:
-    """Rows of text files holding a NUL byte or invalid UTF-8 in one of the given columns, with why."""
+def dirty_rows(arrays: List[Any], values: List[Any]) -> Dict[int, str]:
+    """Rows of text files holding a NUL byte or invalid UTF-8, with why, given each column's array
+    and what it became: numbers Arrow could cast hold neither, distinct values are looked at once
+    each, text columns (None) row by row."""
     import pyarrow as pa
     import pyarrow.compute as pc
     reasons: Dict[int, str] = {}
-    for array in arrays:
+    for array, value in zip(arrays, values):
+        if isinstance(value, Parsed):
+            continue
+        if isinstance(value, Distinct):
+            bad = _dirty_values(value.uniques)
+            for why in (NUL_REASON, UTF8_REASON):
+                chosen = np.fromiter((index for index, found in bad.items() if found == why), dtype=np.int64)
+                if len(chosen):
+                    for index in np.flatnonzero(np.isin(value.indices, chosen)).tolist():
+                        reasons.setdefault(index, why)
+            continue
         nul = pc.match_substring(array, "\x00")
         if nul.true_count:
             for index in np.flatnonzero(nul.to_numpy(zero_copy_only=False)).tolist():
@@ -118,12 +149,27 @@ def dirty_rows(arrays: List[Any]) -> Dict[int, str]:
         try:
             array.validate(full=True)
         except pa.ArrowInvalid:
-            for index, value in enumerate(array.cast(pa.binary()).to_pylist()):
+            for index, text in enumerate(array.cast(pa.binary()).to_pylist()):
                 try:
-                    value.decode("utf-8")
+                    text.decode("utf-8")
                 except UnicodeDecodeError:
                     reasons.setdefault(index, UTF8_REASON)
     return reasons
+
+
+def _dirty_values(values: List[str]) -> Dict[int, str]:
+    """The index and reason of each value (strings() of a text file's field) holding a NUL or
+    invalid UTF-8 (which strings() keeps as lone surrogates)."""
+    found: Dict[int, str] = {}
+    for index, value in enumerate(values):
+        if "\x00" in value:
+            found[index] = NUL_REASON
+        elif not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                found[index] = UTF8_REASON
+    return found
 
 
 __all__ = ["as_text", "category_values", "dirty_rows", "distinct", "is_string", "numbers", "strings"]
