@@ -3,8 +3,8 @@
 A list of 256 `bytes` objects crosses from a worker to the main process by pickling, a pipe and
 unpickling: several copies of every payload, and most of a raw read's CPU time. `collate_raw`
 instead packs a batch into ONE buffer (offsets, labels, then the payloads back to back). Inside a
-worker that buffer is one of the worker's shared-memory files, rewritten in one pwritev call once
-no view of its last batch is left (shared_buffers.py), so only its descriptor crosses the pipe;
+worker that buffer is one of the worker's shared-memory files, rewritten once no view of its last
+batch is left (shared_buffers.py), so only its descriptor crosses the pipe;
 elsewhere (num_workers=0, or no memfd_create) it is ordinary memory.
 """
 from __future__ import annotations
