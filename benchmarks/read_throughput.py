@@ -20,7 +20,8 @@ contender is checked to serve the same bytes and labels as the source files, thr
 collate function. Warm: all data in the
 page cache (one untimed epoch first), contenders interleaved within each repeat (the order
 rotates), a repeat being --epochs epochs; median of the repeats, and the ratio to (b) is the
-median of the per-repeat ratios, so machine noise hits every contender alike. Cold:
+median of the per-repeat ratios (in brackets: their 25th-75th percentiles), so machine noise
+hits every contender alike. Cold:
 `echo 3 > /proc/sys/vm/drop_caches` before each contender's first epoch on a fresh DataLoader
 (needs root; skipped with a note otherwise).
 
@@ -346,10 +347,25 @@ def summarize(results: Dict[str, Any], phase: str) -> Dict[str, Dict[str, float]
         for key, baseline in (("x_floor", FLOOR), ("x_paths", PATHS)):
             base = results[baseline][phase]
             row[key] = statistics.median(_rate(r) / _rate(b) for r, b in zip(done, base))
+        row["x_floor_iqr"] = _quartiles([_rate(r) / _rate(b) for r, b in zip(done, results[FLOOR][phase])])
         # CPU per sample of the floor over this contender's: above 1 costs less CPU than the floor.
-        row["cpu_x_floor"] = statistics.median(_cpu(b) / _cpu(r) for r, b in zip(done, results[FLOOR][phase]))
+        cpu_ratios = [_cpu(b) / _cpu(r) for r, b in zip(done, results[FLOOR][phase])]
+        row["cpu_x_floor"] = statistics.median(cpu_ratios)
+        row["cpu_x_floor_iqr"] = _quartiles(cpu_ratios)
         table[name] = row
     return table
+
+
+def _quartiles(values: List[float]) -> Tuple[float, float]:
+    """The 25th and 75th percentiles of the per-repeat ratios (how much the repeats agree)."""
+    if len(values) < 2:
+        return values[0], values[0]
+    low, _, high = statistics.quantiles(values, n=4)
+    return low, high
+
+
+def _spread(value: float, quartiles: Tuple[float, float]) -> str:
+    return f"{value:.2f} ({quartiles[0]:.2f}-{quartiles[1]:.2f})"
 
 
 def markdown(warm: Dict[str, Dict[str, float]], cold: Dict[str, Dict[str, float]]) -> str:
@@ -361,10 +377,11 @@ def markdown(warm: Dict[str, Dict[str, float]], cold: Dict[str, Dict[str, float]
         c = cold.get(name)
         cold_cells = (f"{c['samples_per_s']:.0f} | {c['mb_per_s']:.0f} | {c['x_floor']:.2f} | {c['x_paths']:.2f}"
                       if c else "- | - | - | -")
-        lines.append(f"| {name} | {row['samples_per_s']:.0f} | {row['mb_per_s']:.0f} | {row['x_floor']:.2f} | "
+        lines.append(f"| {name} | {row['samples_per_s']:.0f} | {row['mb_per_s']:.0f} | "
+                     f"{_spread(row['x_floor'], row['x_floor_iqr'])} | "
                      f"{row['cpu_us_per_sample']:.0f} | {row['main_cpu_us_per_sample']:.0f} | "
                      f"{row['worker_faults_per_sample']:.1f} | "
-                     f"{row['cpu_x_floor']:.2f} | {cold_cells} |")
+                     f"{_spread(row['cpu_x_floor'], row['cpu_x_floor_iqr'])} | {cold_cells} |")
     return "\n".join(lines)
 
 

@@ -3,11 +3,13 @@
 Like click's exceptions, each error keeps what its raiser knows as fields (the file, the shard,
 the sample, the line, the problem, what was expected and found) and builds its message from them
 in format_message(), whenever it is shown. An error pickles with its fields, so one raised in a
-worker process reads the same in its parent."""
+worker process reads the same in its parent. torch's DataLoader instead rebuilds a worker's
+exception from its text alone, as `exc_type(message=text)`: every shardkit error takes that too,
+and is then the same class with that text as its message and no fields."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 Shard = Union[int, str]     # a shard's number in the manifest, or its path there
 
@@ -20,10 +22,29 @@ def _rebuild(cls: type, fields: Dict[str, Any]) -> "ShardkitError":
     return error
 
 
-class ShardkitError(Exception):
+class _FromText(type):
+    """The errors' metaclass: `cls(message=text)` builds the error from its text alone (torch's
+    ExceptionWrapper.reraise does so, as it finds the class attribute `message`)."""
+
+    def __call__(cls, *args: Any, message: Optional[str] = None, **kwargs: Any) -> Any:
+        if message is None:
+            return super().__call__(*args, **kwargs)
+        if args or kwargs:
+            raise TypeError(f"{cls.__name__}(message=...) takes no other argument")
+        return _rebuild(cls, {"text": str(message)})
+
+
+class ShardkitError(Exception, metaclass=_FromText):
     """Base of every error shardkit raises on purpose; the CLI prints it as one line."""
 
     exit_code = 1
+    # Fields default to None: an error rebuilt from its text (cls(message=text)) has none.
+    problem: str = ""
+    path: Optional[str] = None
+    line: Optional[int] = None
+    expected: Any = None
+    actual: Any = None
+    text: Optional[str] = None      # the whole message, for an error rebuilt from its text
 
     def __init__(self, problem: str, *, path: Optional[Union[str, "os.PathLike[str]"]] = None,
                  line: Optional[int] = None, expected: Any = None, actual: Any = None) -> None:
@@ -41,10 +62,20 @@ class ShardkitError(Exception):
 
     def format_message(self) -> str:
         """'<where>: <problem>[ <actual>, expected <expected>]', built from the fields."""
+        if self.text is not None:
+            return self.text
         return ": ".join([*self.location(), self.detail()])
+
+    @property
+    def message(self) -> str:
+        """The message (what str() gives); as a class attribute it tells torch to rebuild a
+        worker's error as cls(message=text)."""
+        return self.format_message()
 
     def after_file(self) -> str:
         """The message after its file (and line): for a caller that names the file itself."""
+        if self.text is not None:
+            return self.text
         return ": ".join([*self.location()[1 if self.path else 0:], self.detail()])
 
     def detail(self) -> str:
@@ -70,6 +101,11 @@ class UsageError(ShardkitError, ValueError):
 class UnknownOptionError(UsageError, TypeError):
     """A keyword no option class knows (a misspelt option is never ignored); a TypeError too, as
     Python raises for an unexpected keyword argument."""
+
+    where: str = ""
+    name: str = ""
+    suggestion: Optional[str] = None
+    known: Tuple[str, ...] = ()
 
     def __init__(self, where: str, name: str, suggestion: Optional[str] = None,
                  known: Sequence[str] = ()) -> None:
@@ -102,6 +138,8 @@ class ManifestError(ShardkitError, ValueError):
     """manifest.json is unreadable, edited, unsafe or of a version this shardkit cannot read;
     shard names the manifest's shard entry the problem is in, if one."""
 
+    shard: Optional[Shard] = None
+
     def __init__(self, problem: str, *, path: Optional[str] = None, shard: Optional[Shard] = None,
                  expected: Any = None, actual: Any = None) -> None:
         self.shard = shard
@@ -130,6 +168,8 @@ class ConversionError(ShardkitError):
     """A conversion ran but had to stop (too many errors, --on-error fail, a write failure);
     shard names the shard being written, if one."""
 
+    shard: Optional[Shard] = None
+
     def __init__(self, problem: str, *, path: Optional[str] = None, line: Optional[int] = None,
                  shard: Optional[Shard] = None) -> None:
         self.shard = shard
@@ -153,6 +193,8 @@ class ConversionInterrupted(ConversionError):
 class LockedError(ShardkitError):
     """Another conversion holds the DST lock (the lock file's path in lock)."""
 
+    lock: Optional[str] = None
+
     def __init__(self, path: str, lock: str) -> None:
         self.lock = lock
         super().__init__(f"another shardkit convert is writing here (lock {lock} is held); wait for it to "
@@ -162,6 +204,8 @@ class LockedError(ShardkitError):
 class CorruptShardError(ShardkitError, OSError):
     """A shard is missing, truncated, or its structure does not add up; shard is its number or
     manifest path when the raiser knows it (a format's reader knows only the file)."""
+
+    shard: Optional[Shard] = None
 
     def __init__(self, problem: str, *, path: Optional[str] = None, shard: Optional[Shard] = None,
                  expected: Any = None, actual: Any = None) -> None:
@@ -186,6 +230,9 @@ class CorruptSampleError(CorruptShardError):
     """One sample cannot be trusted: its record is damaged, it fails its CRC32 check, or its
     label is out of range. Found inside a format, it names the shard file and local index; the
     dataset adds the manifest's shard path and the global index."""
+
+    index: Optional[int] = None
+    global_index: Optional[int] = None
 
     def __init__(self, path: str, index: int, problem: str, *, shard: Optional[str] = None,
                  global_index: Optional[int] = None) -> None:

@@ -2,15 +2,13 @@
 
 A list of 256 `bytes` objects crosses from a worker to the main process by pickling, a pipe and
 unpickling: several copies of every payload, and most of a raw read's CPU time. `collate_raw`
-instead packs a batch into ONE torch storage (offsets, labels, then the payloads back to back).
-Inside a worker that storage is a shared-memory file written in one pwritev call, so only its
-descriptor crosses the pipe (torch shares one storage once, however many views of it a batch
-holds); elsewhere (num_workers=0, or no memfd_create) it is ordinary memory, which torch moves
-to shared memory itself if it is ever sent.
+instead packs a batch into ONE buffer (offsets, labels, then the payloads back to back). Inside a
+worker that buffer is one of the worker's shared-memory files, rewritten once no view of its last
+batch is left (shared_buffers.py), so only its descriptor crosses the pipe;
+elsewhere (num_workers=0, or no memfd_create) it is ordinary memory.
 """
 from __future__ import annotations
 
-import errno
 import operator
 import os
 from typing import Any, List, Optional, Sequence, Tuple
@@ -19,8 +17,9 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from .shared_buffers import WorkerBuffer, received, worker_buffer
+
 _INT64 = 8
-_IOV_MAX = 1024     # buffers one pwritev call takes (Linux)
 
 
 class RawBatch:
@@ -41,6 +40,7 @@ class RawBatch:
         #: Every payload back to back, in batch order.
         self.data: torch.Tensor = base[header:]
         self._bounds: List[int] = self.offsets.tolist()
+        self._buffer: Optional[WorkerBuffer] = None     # the worker's buffer, until it is handed over
 
     def __len__(self) -> int:
         return self._count
@@ -61,7 +61,12 @@ class RawBatch:
         return RawBatch(self._base.pin_memory(), self._count, self._labeled, self.keys)
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        return RawBatch, (self._base, self._count, self._labeled, self.keys)
+        """A worker's batch pickles as its buffer's descriptor, once; any other pickle carries a
+        copy, so a reused buffer is never seen by a process that did not release it."""
+        buffer, self._buffer = self._buffer, None
+        if buffer is not None:
+            return _from_worker, (buffer.hand_over(), self._base.numel(), self._count, self._labeled, self.keys)
+        return RawBatch, (self._base.clone(), self._count, self._labeled, self.keys)
 
     def __repr__(self) -> str:
         return f"RawBatch({self._count} samples, {self.data.numel()} bytes, labeled={self._labeled})"
@@ -85,10 +90,18 @@ def collate_raw(batch: Sequence[Any]) -> RawBatch:
         words[count + 1:] = labels
     total = words.nbytes + int(words[count])
     if torch.utils.data.get_worker_info() is not None and hasattr(os, "memfd_create"):
-        base = _shared_buffer([words, *payloads], total)
-    else:       # one C-level concatenation into memory the tensor then owns
-        base = torch.frombuffer(bytearray().join([words, *payloads]), dtype=torch.uint8)
-    return RawBatch(base, count, labels is not None, keys)
+        base, buffer = worker_buffer([words, *payloads], total)
+        packed = RawBatch(base, count, labels is not None, keys)
+        packed._buffer = buffer
+        return packed
+    # one C-level concatenation into memory the tensor then owns
+    return RawBatch(torch.frombuffer(bytearray().join([words, *payloads]), dtype=torch.uint8), count,
+                    labels is not None, keys)
+
+
+def _from_worker(handle: Any, size: int, count: int, labeled: bool, keys: Optional[List[str]]) -> RawBatch:
+    """Unpickling a worker's batch: a map of its buffer, released to the worker when freed."""
+    return RawBatch(received(handle, size), count, labeled, keys)
 
 
 def _split(batch: Sequence[Any]) -> Tuple[List[Any], Optional[List[int]], Optional[List[str]]]:
@@ -135,26 +148,6 @@ def _label(label: Any, position: int) -> int:
     except TypeError:
         raise TypeError(f"collate_raw: label of sample {position} is a {type(label).__name__}, not an integer "
                         "(labels a target_transform turns into something else need their own collate_fn)") from None
-
-
-def _shared_buffer(parts: List[Any], size: int) -> torch.Tensor:
-    """parts back to back in a new shared-memory file, written with pwritev (no page faults in
-    the worker, no zeroing of pages that are then overwritten), as a uint8 tensor over a torch
-    storage that keeps the file's descriptor: the DataLoader's queue then sends that descriptor."""
-    fd = os.memfd_create("shardkit-batch", os.MFD_CLOEXEC)
-    try:
-        os.ftruncate(fd, size)
-        position = 0
-        for start in range(0, len(parts), _IOV_MAX):
-            group = parts[start:start + _IOV_MAX]
-            wanted = sum(memoryview(part).nbytes for part in group)
-            if os.pwritev(fd, group, position) != wanted:
-                raise OSError(errno.ENOSPC, "a batch did not fit in shared memory (/dev/shm)")
-            position += wanted
-        storage = torch.UntypedStorage._new_shared_fd_cpu(fd, size)      # maps a dup of fd
-    finally:
-        os.close(fd)
-    return torch.empty(0, dtype=torch.uint8).set_(storage)
 
 
 __all__ = ["RawBatch", "collate_raw"]

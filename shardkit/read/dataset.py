@@ -93,7 +93,8 @@ class ShardDataset(ShardRecords, torch.utils.data.Dataset):
 
     # ---- samples -----------------------------------------------------------------
     def __getitem__(self, index: Any) -> Any:
-        index = sample_index(index, self._length)
+        if type(index) is not int or not 0 <= index < self._length:    # else sample_index would return it
+            index = sample_index(index, self._length)
         return self.finish(self._read(index), index)
 
     def __getitems__(self, indices: Sequence[Any]) -> List[Any]:

@@ -1,10 +1,11 @@
 """Every error class builds its one-line message from its fields, and pickles with them (errors
-cross from worker processes to their parent)."""
+cross from worker processes to their parent); torch's DataLoader rebuilds one as its own class."""
 from __future__ import annotations
 
 import pickle
 
 import pytest
+from torch._utils import ExceptionWrapper
 
 from shardkit.errors import (ConversionError, ConversionInterrupted, CorruptSampleError, CorruptShardError,
                              DestinationExistsError, EmptySourceError, ForeignShardError, LockedError, ManifestError,
@@ -70,6 +71,26 @@ def test_pickling_keeps_class_fields_and_message(error: ShardkitError, message: 
     assert vars(copy) == vars(error)
     assert str(copy) == message
     assert copy.exit_code == error.exit_code
+
+
+@pytest.mark.parametrize("error, message, fields", CASES, ids=[type(case[0]).__name__ for case in CASES])
+def test_torch_rebuilds_a_worker_error_as_its_own_class(error: ShardkitError, message: str, fields: dict) -> None:
+    """A DataLoader worker's exception reaches the main process through torch's ExceptionWrapper,
+    which keeps its class and its text (the worker's traceback), not its fields."""
+    try:
+        raise error
+    except ShardkitError:
+        wrapped = ExceptionWrapper(where="in DataLoader worker process 1")
+    with pytest.raises(type(error)) as caught:
+        wrapped.reraise()
+    rebuilt = caught.value
+    assert type(rebuilt) is type(error) and rebuilt.exit_code == error.exit_code
+    assert "Caught" in str(rebuilt) and "in DataLoader worker process 1" in str(rebuilt)
+    assert str(rebuilt).rstrip().endswith(message)
+    assert rebuilt.message == rebuilt.after_file() == str(rebuilt) == str(pickle.loads(pickle.dumps(rebuilt)))
+    assert not any(getattr(rebuilt, name) for name in fields if name != "problem")     # torch keeps no fields
+    with pytest.raises(TypeError, match="takes no other argument"):
+        type(error)(message="text", path="/d")
 
 
 def test_fields_set_after_raising_show_in_the_message_and_survive_pickling() -> None:
