@@ -10,6 +10,8 @@ For each format, the same CSV rows are converted into --few shards and into --ma
   loader      samples per second through DataLoader(batch_size=256, num_workers=2, RandomSampler),
               decode=None, workers not persistent (each epoch's fresh workers open every shard
               again), last of --epochs epochs (the first warms the page cache)
+  persistent  the same with persistent_workers=True: the last epoch's workers opened their shards
+              in an earlier epoch
   rss         the largest worker's resident memory during the timed epoch (MiB)
 
 Rates are medians of --repeats, few and many interleaved within each repeat; the ratio many/few
@@ -71,12 +73,12 @@ def _count_in_worker(batch: list) -> "tuple[int, float]":
     return len(batch), rss
 
 
-def loader_rate(dst: str, epochs: int) -> "tuple[float, float]":
-    """(samples/s of the last epoch, largest worker RSS in MiB). Workers are not persistent: each
-    epoch starts fresh ones, which open every shard they touch again (PyTorch's default)."""
+def loader_rate(dst: str, epochs: int, persistent: bool = False) -> "tuple[float, float]":
+    """(samples/s of the last epoch, largest worker RSS in MiB). Workers not persistent (PyTorch's
+    default): each epoch starts fresh ones, which open every shard they touch again."""
     ds = shardkit.open_dataset(dst, decode=None)
     loader = torch.utils.data.DataLoader(
-        ds, batch_size=256, num_workers=2, persistent_workers=False, collate_fn=_count_in_worker,
+        ds, batch_size=256, num_workers=2, persistent_workers=persistent, collate_fn=_count_in_worker,
         sampler=torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)))
     rate, rss = 0.0, 0.0
     for _ in range(epochs):
@@ -96,8 +98,8 @@ def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repea
                                                        samples_per_shard=-(-rows // count), quiet=True))
                  for count in (few, many)}
     results: Dict[str, Any] = {"convert_ms_per_shard": 1000 * (convert_s[many] - convert_s[few]) / (many - few)}
-    samples: Dict[str, Dict[int, List[float]]] = {name: {few: [], many: []} for name in
-                                                  ("open", "quick", "uniform", "sampler", "loader", "rss")}
+    names = ("open", "quick", "uniform", "sampler", "loader", "persistent", "rss")
+    samples: Dict[str, Dict[int, List[float]]] = {name: {few: [], many: []} for name in names}
     rng = np.random.default_rng(0)
     for _ in range(repeats):
         for count in (few, many):
@@ -114,6 +116,7 @@ def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repea
             rate, rss = loader_rate(dst, epochs)
             samples["loader"][count].append(rate)
             samples["rss"][count].append(rss)
+            samples["persistent"][count].append(loader_rate(dst, max(2, epochs), persistent=True)[0])
     for name, by_count in samples.items():
         if not by_count[few]:
             by_count = {few: [float("nan")], many: [float("nan")]}
@@ -140,19 +143,21 @@ def main() -> None:
         write_csv(csv, args.rows)
         print(f"{args.rows} rows, {args.few} vs {args.many} shards, {os.cpu_count()} CPUs, load average "
               f"{os.getloadavg()[0]:.1f}")
-        print("| format | shards | uniform /s | sampler /s | loader /s | worker RSS MiB | open_dataset s "
-              "| verify --quick s | convert ms/shard |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| format | shards | uniform /s | sampler /s | loader /s | persistent loader /s | worker RSS MiB "
+              "| open_dataset s | verify --quick s | convert ms/shard |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for fmt in args.formats:
             res = measure(fmt, csv, work, args.rows, args.few, args.many, args.repeats, args.reads, args.epochs,
                           not args.no_quick)
             for count in (args.few, args.many):
                 convert = f"{res['convert_ms_per_shard']:.2f}" if count == args.many else ""
                 print(f"| {fmt} | {count:,} | {res['uniform'][count]:,.0f} | {res['sampler'][count]:,.0f} "
-                      f"| {res['loader'][count]:,.0f} | {res['rss'][count]:.0f} | {res['open'][count]:.3f} "
+                      f"| {res['loader'][count]:,.0f} | {res['persistent'][count]:,.0f} | {res['rss'][count]:.0f} "
+                      f"| {res['open'][count]:.3f} "
                       f"| {res['quick'][count]:.3f} | {convert} |")
             print(f"| {fmt} | ratio | {res['uniform']['ratio']:.2f}x | {res['sampler']['ratio']:.2f}x "
-                  f"| {res['loader']['ratio']:.2f}x | | {res['open']['ratio']:.1f}x | {res['quick']['ratio']:.1f}x | |",
+                  f"| {res['loader']['ratio']:.2f}x | {res['persistent']['ratio']:.2f}x | "
+                  f"| {res['open']['ratio']:.1f}x | {res['quick']['ratio']:.1f}x | |",
                   flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -18,14 +18,14 @@ environment inherited over fork is closed in the child before the child opens it
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from ..schema import SampleSchema
 from .base import FormatOptions, ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
 from .lmdb_layout import FORMAT_NAME, FORMAT_VERSION, rows_per_block
-from .lmdb_reader import LMDBReader
+from .lmdb_reader import LMDBReader, peek
 from .lmdb_writer import LMDBWriter
 from .packing import check_per_sample_compression
 
@@ -66,6 +66,12 @@ class LMDBFormat(ShardFormat):
                     fd: Optional[int] = None) -> ShardReader:
         readahead = options.readahead if isinstance(options, ReadaheadOptions) else True
         return LMDBReader(path, schema, readahead, fd)
+
+    def peek(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None,
+             fd: Optional[int] = None) -> Tuple[int, Optional[str]]:
+        """From the shard's metadata record (the reader's truncation and metadata checks, not its
+        table and key checks, which verify runs short of --quick)."""
+        return peek(path, schema, fd)
 
 
 FORMAT = LMDBFormat()

@@ -316,3 +316,23 @@ def test_a_second_readahead_on_an_open_file_is_refused_not_ignored(image_tree: P
             on[0]
     assert on.reader(0).readahead is True       # once the other dataset is closed
     on.close()
+
+
+def test_peek_reads_count_and_identity_from_the_metadata_record(tmp_path: Path) -> None:
+    """verify --quick's peek: the reader's count and dataset_id, from one lookup; a truncated file
+    is refused before any page past its end is read. (Mutation: no truncation check: this fails.)"""
+    samples = sized_samples(30, 5000)
+    path = tmp_path / "s.lmdb"
+    _write(path, samples)
+    reader = FMT.open_reader(str(path), SCHEMA)
+    expected = (len(reader), reader.dataset_id)
+    reader.close()
+    assert FMT.peek(str(path), SCHEMA) == expected == (30, expected[1])
+    shared = FMT.open_reader(str(path), SCHEMA, ReadaheadOptions(False))   # peek takes an open one as it is
+    assert FMT.peek(str(path), SCHEMA) == expected
+    shared.close()
+    with open(path, "r+b") as handle:
+        handle.truncate(os.path.getsize(path) // 2)
+    with pytest.raises(CorruptShardError, match="truncated"):
+        FMT.peek(str(path), SCHEMA)
+    assert len(OPEN_FILES) == 0
