@@ -4,10 +4,11 @@ decoded, and a decode of every byte. The image codecs, validation and read-time 
 images through here."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import warnings
-from typing import Any, Callable, FrozenSet, Optional, Sequence, Tuple
+from typing import Any, Callable, FrozenSet, Iterator, Optional, Sequence, Tuple
 
 from ..errors import SampleError, UsageError
 
@@ -106,16 +107,24 @@ def decode_fully(stream: Any, formats: Sequence[str], max_pixels: int, *,
     """open_image, then decode every pixel of the first frame, or raise SampleError whatever
     Pillow raises (damaged data, a format not allowed, too many pixels). draft_to(image) may
     give a JPEG's reduced decode size."""
+    with pillow_verdict("image does not decode"), warnings.catch_warnings():
+        # Pillow's notes on odd metadata (EXIF) and its bomb warning (max_pixels is the limit)
+        warnings.simplefilter("ignore")
+        image = _open_allowed(stream, formats, max_pixels)
+        wanted = draft_to(image) if draft_to is not None and image.format == "JPEG" else None
+        if wanted:
+            image.draft("RGB", wanted)
+        image.load()
+    return image
+
+
+@contextlib.contextmanager
+def pillow_verdict(damaged: str) -> Iterator[None]:
+    """Whatever Pillow raises on untrusted bytes inside the block, as one SampleError (damaged:
+    what to call bytes Pillow fails on in any other way: it raises many types, struct.error too)."""
     from PIL import Image
     try:
-        with warnings.catch_warnings():
-            # Pillow's notes on odd metadata (EXIF) and its bomb warning (max_pixels is the limit)
-            warnings.simplefilter("ignore")
-            image = _open_allowed(stream, formats, max_pixels)
-            wanted = draft_to(image) if draft_to is not None and image.format == "JPEG" else None
-            if wanted:
-                image.draft("RGB", wanted)
-            image.load()
+        yield
     except SampleError:
         raise
     except Image.DecompressionBombError as exc:
@@ -123,9 +132,8 @@ def decode_fully(stream: Any, formats: Sequence[str], max_pixels: int, *,
     except Image.UnidentifiedImageError:
         raise SampleError("not an image Pillow can identify in an allowed format "
                           "(docs/image-modes.md)") from None
-    except Exception as exc:  # noqa: BLE001 - Pillow raises many types on damaged data (struct.error, ...)
-        raise SampleError(f"image does not decode ({type(exc).__name__}: {exc})") from None
-    return image
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        raise SampleError(f"{damaged} ({type(exc).__name__}: {exc})") from None
 
 
 def _eighth(image: Any) -> Tuple[int, int]:

@@ -72,23 +72,12 @@ def check_structure(data: bytes, formats: Sequence[str], max_pixels: int) -> str
         if data.startswith(signature) and name in formats:
             walk(data, max_pixels)
             return name
-    from PIL import Image
-
-    from .pillow import open_image
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            image: Any = open_image(io.BytesIO(data), formats, max_pixels)
-            name = str(image.format or "unknown")
-            image.verify()
-    except SampleError:
-        raise
-    except Image.DecompressionBombError as exc:
-        raise SampleError(f"decompression bomb refused ({exc})") from None
-    except Image.UnidentifiedImageError:
-        raise SampleError("not an image Pillow can identify") from None
-    except Exception as exc:  # noqa: BLE001 - Pillow raises many types on damaged data
-        raise SampleError(f"image structure is damaged ({type(exc).__name__}: {exc})") from None
+    from .pillow import open_image, pillow_verdict
+    with pillow_verdict("image structure is damaged"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        image: Any = open_image(io.BytesIO(data), formats, max_pixels)
+        name = str(image.format or "unknown")
+        image.verify()
     return name
 
 
