@@ -10,6 +10,7 @@ sample exactly once, and rank 0 prints the loss and samples/s.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import time
 import zlib
@@ -84,7 +85,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
             identities.extend(crcs.tolist())
         rate = torch.tensor([len(identities) / (time.perf_counter() - started)])
         dist.all_reduce(rate)
@@ -94,6 +95,12 @@ def main(argv: Optional[List[str]] = None) -> None:
             together = [crc for part in gathered for crc in part]
             print(f"epoch {epoch}: loss {np.mean(losses):.3f}; {world} ranks read {len(together)} samples, "
                   f"{len(set(together))} distinct, of {len(ds)}; {float(rate):.0f} samples/s")
+    # Tear down in order: every rank done communicating, then DDP (which holds the process group)
+    # freed while Python is fully alive, then the group. Left to interpreter exit, gloo's threads
+    # can be destroyed mid-teardown and abort the process after a run that went well.
+    dist.barrier()
+    del model, optimizer, loader
+    gc.collect()
     dist.destroy_process_group()
 
 
