@@ -43,6 +43,7 @@ class HDF5Reader(ShardReader):
         self._schema = schema
         self._readahead = readahead
         self._flat: Optional[np.ndarray] = None
+        self._rows: Optional[np.ndarray] = None     # fixed-shape rows of one run of chunks, as one view
         self._mmap: Optional[mmap.mmap] = None
         self._file: Any = None
         self._data: Any = None          # the h5py dataset of the payloads (None once mapped and closed)
@@ -151,9 +152,20 @@ class HDF5Reader(ShardReader):
         # File position of logical byte x of chunk k is shift[k] + x; chunks of one run share a run id.
         if count <= 1:              # a small shard: no numpy for one number
             self._shift, self._run = [int(where[0]) if count else 0], [0]
-            return
-        self._shift = (where - np.arange(count, dtype=np.int64) * chunk_bytes).tolist()
-        self._run = np.concatenate([[0], np.cumsum(np.diff(where) != chunk_bytes)]).tolist()
+        else:
+            self._shift = (where - np.arange(count, dtype=np.int64) * chunk_bytes).tolist()
+            self._run = np.concatenate([[0], np.cumsum(np.diff(where) != chunk_bytes)]).tolist()
+        self._rows = self._one_run_rows()
+
+    def _one_run_rows(self) -> Optional[np.ndarray]:
+        """Every fixed-shape row as one (count, *shape) view when the chunks lie back to back inside
+        the map: a read is then one index into it, touching one array of this shard, not four."""
+        if self._offsets is not None or self._run[-1] != 0 or self._flat is None:
+            return None
+        begin, nbytes = self._shift[0], self._count * self._row_bytes
+        if begin < 0 or begin + nbytes > len(self._flat):
+            return None             # read() names the sample that lies outside the file
+        return self._flat[begin:begin + nbytes].view(self._dtype).reshape((self._count, *self._schema.shape))
 
     def _load_tables(self) -> None:
         """Check the attributes and every dataset's metadata, then read the small tables."""
@@ -290,6 +302,8 @@ class HDF5Reader(ShardReader):
     def read(self, index: int) -> Encoded:
         if not 0 <= index < self._count:
             raise IndexError(f"sample {index} out of range for shard of {self._count}")
+        if self._rows is not None:
+            return Encoded(self._rows[index], self._labels.item(index), self._crcs.item(index))
         if self._flat is None:
             payload = self._data[index] if self._offsets is None else \
                 self._data[self._offsets[index]:self._offsets[index + 1]]
@@ -348,7 +362,7 @@ class HDF5Reader(ShardReader):
         return self._labels
 
     def close(self) -> None:
-        self._flat = None
+        self._flat = self._rows = None
         self._keys = None           # its views of the map would keep the map open
         if self._file is None and self._mmap is not None:   # tables are views of the map too
             self._labels, self._crcs = np.zeros(0, np.int64), np.zeros(0, np.uint32)

@@ -18,7 +18,7 @@ from ..schema import SampleSchema
 from .base import ShardReader
 from .keys import KeyTable
 from .locating import FileView, close_map, map_file, opened
-from .packing import restore
+from .packing import array_dtype, restore
 from .pt_layout import FORMAT_NAME, FORMAT_VERSION
 from .pt_locator import FIRST_READ, TENSORS, PTLocator, describes, read_locator
 
@@ -80,6 +80,11 @@ class PTReader(ShardReader):
         self._compressed = schema.compression == "gzip"
         #: Uncompressed bytes payloads were fully checked on open: reads slice and return them.
         self._plain = not self._compressed and not schema.is_array
+        #: Uncompressed fixed-shape rows (each of the schema's length, back to back from offset 0, as
+        #: _check_tables found) as one (count, *shape) view: a read indexes it.
+        self._rows: Optional[np.ndarray] = None
+        if schema.is_array and not self._compressed:
+            self._rows = self._data.view(array_dtype(schema)).reshape((self._count, *schema.shape))
 
     def _corrupt(self, problem: str) -> CorruptShardError:
         return CorruptShardError(f"corrupt .pt shard: {problem}", path=self._path)
@@ -166,6 +171,8 @@ class PTReader(ShardReader):
     def read(self, index: int) -> Encoded:
         if not 0 <= index < self._count:
             raise IndexError(f"sample {index} out of range for shard of {self._count}")
+        if self._rows is not None:
+            return Encoded(self._rows[index], self._labels.item(index), self._crcs.item(index))
         stored = self._data[self._offsets[index]:self._offsets[index + 1]]
         payload: Payload = stored if self._plain else restore(
             self._schema, memoryview(stored), int(self._raw_lengths[index]), self._compressed, self._path, index)
@@ -191,7 +198,7 @@ class PTReader(ShardReader):
         return self._labels
 
     def close(self) -> None:
-        self._keys = None
+        self._keys = self._rows = None
         # Dropping the tensors unmaps the file once no returned view still uses it.
         self._data = self._offsets = self._raw_lengths = self._labels = self._crcs = np.zeros(0)
         self._count = 0

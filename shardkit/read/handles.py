@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from typing import Any, Callable, Dict, Hashable, Tuple
+from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
 from ..formats.base import ShardReader
 from .openfiles import OPEN_FILES
@@ -59,11 +59,16 @@ def default_max_open_shards() -> int:
 
 
 class ShardHandles:
-    """One dataset's ready readers in this process, least recently used first, at most `capacity`."""
+    """One dataset's ready readers in this process, least recently used first, at most `capacity`.
 
-    def __init__(self, capacity: int) -> None:
+    `slots[shard]` is the same reader (or None) by position: a random read over thousands of
+    shards looks it up in one list instead of a hash table's scattered entries.
+    """
+
+    def __init__(self, capacity: int, shards: int = 0) -> None:
         self.capacity = capacity
         self.ready: "OrderedDict[int, ShardReader]" = OrderedDict()
+        self.slots: List[Optional[ShardReader]] = [None] * shards
         self._keys: Dict[int, Hashable] = {}
         self.generation = OPEN_FILES.generation
 
@@ -90,20 +95,29 @@ class ShardHandles:
             self.forget()
         self.ready[shard] = reader
         self._keys[shard] = key
+        if shard < len(self.slots):
+            self.slots[shard] = reader
         while len(self.ready) > self.capacity:
             oldest, evicted = self.ready.popitem(last=False)
+            self._empty(oldest)
             OPEN_FILES.release(self._keys.pop(oldest), evicted)
         return reader
+
+    def _empty(self, shard: int) -> None:
+        if shard < len(self.slots):
+            self.slots[shard] = None
 
     def discard(self, shard: int) -> None:
         """Release one shard's reader (one that failed a check must not stay ready)."""
         reader = self.ready.pop(shard, None)
+        self._empty(shard)
         if reader is not None:
             OPEN_FILES.release(self._keys.pop(shard), reader)
 
     def forget(self) -> None:
         """Drop every reader without releasing it: the registry closed them or they are a parent's."""
         self.ready = OrderedDict()
+        self.slots = [None] * len(self.slots)
         self._keys = {}
         self.generation = OPEN_FILES.generation
 

@@ -69,7 +69,10 @@ class ShardRecords:
         np.cumsum(shards.num_samples, out=self.shard_starts[1:])
         self._starts: List[int] = self.shard_starts.tolist()   # one per shard; bisect on a list is fast
         self._length = int(self.shard_starts[-1])
-        self._handles = ShardHandles(max_open_shards)
+        #: Samples in every shard but the last (which holds no more), or 0 when they differ: then a
+        #: global index finds its shard by a division, touching no per-shard table.
+        self._per_shard = _uniform_count(shards.num_samples)
+        self._handles = ShardHandles(max_open_shards, len(shards))
         self._hashed: set = set()    # (pid, shard) whose sha256 matched (verify_checksums="full")
 
     def __len__(self) -> int:
@@ -81,13 +84,17 @@ class ShardRecords:
 
     def _locate(self, index: int) -> "tuple[int, int]":
         """locate for an index already checked by sample_index (the per-sample path checks once)."""
+        per_shard = self._per_shard
+        if per_shard:
+            shard = index // per_shard
+            return shard, index - shard * per_shard
         shard = bisect.bisect_right(self._starts, index) - 1
         return shard, index - self._starts[shard]
 
     def reader(self, shard: int) -> ShardReader:
         """The open reader of a shard (opened in this process on first use)."""
         handles = self._handles
-        reader = handles.ready.get(shard)
+        reader = handles.slots[shard]
         if reader is not None and handles.generation == OPEN_FILES.generation:
             if len(handles.ready) >= handles.capacity:     # order matters only once something must go
                 handles.ready.move_to_end(shard)
@@ -179,5 +186,14 @@ class ShardRecords:
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
-        state["_handles"] = ShardHandles(self.max_open_shards)      # handles never cross processes
+        state["_handles"] = ShardHandles(self.max_open_shards, len(self._paths))      # handles never cross processes
         return state
+
+
+def _uniform_count(counts: np.ndarray) -> int:
+    """The sample count of every shard but the last when they share it (the last holding at most
+    as many), else 0."""
+    counts = np.asarray(counts, dtype=np.int64)
+    if not len(counts) or counts[0] <= 0 or (counts[:-1] != counts[0]).any() or counts[-1] > counts[0]:
+        return 0
+    return int(counts[0])
