@@ -12,6 +12,7 @@ ranges: zip headers, the pickle) tells whether the archive is still the one the 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import struct
 import sys
@@ -76,17 +77,21 @@ def seal(path: str, fields: Dict[str, Any], nbytes: Dict[str, int]) -> None:
     text_size = len(PTLocator(fields, tables).encode()) - _TRAILER.size
     comment = text_size + _TRAILER.size
     with open(path, "r+b") as handle:
-        data = bytearray(handle.read())
-        end = _END.unpack_from(data, len(data) - _END.size)
-        if end[0] != _END_SIGNATURE or end[-1] != 0 or comment > 65535:
-            return
-        struct.pack_into("<H", data, len(data) - 2, comment)
-        locator = PTLocator(fields, tables, file_size=len(data) + comment)
-        locator.meta_crc32 = gaps_crc32(memoryview(data), tables.values(), 0, len(data))
+        # Mapped, not read: only the archive's own records outside the tensors are looked at, so
+        # sealing a shard does not hold a copy of it.
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            size = len(data)
+            end = _END.unpack_from(data, size - _END.size)
+            if end[0] != _END_SIGNATURE or end[-1] != 0 or comment > 65535 \
+                    or max(begin + nbytes for begin, nbytes in tables.values()) > size - _END.size:
+                return
+            length = struct.pack("<H", comment)     # the comment length, the archive's last 2 bytes
+            locator = PTLocator(fields, tables, file_size=size + comment)
+            locator.meta_crc32 = zlib.crc32(length, gaps_crc32(data, tables.values(), 0, size - 2))
         encoded = locator.encode()
         assert len(encoded) == comment
-        handle.seek(len(data) - 2)
-        handle.write(bytes(data[-2:]) + encoded)
+        handle.seek(size - 2)
+        handle.write(length + encoded)
 
 
 def _tensor_ranges(path: str, nbytes: Dict[str, int]) -> Optional[Dict[str, Tuple[int, int]]]:

@@ -155,3 +155,37 @@ def test_peek_gives_the_count_and_identity_a_reader_gives(golden: str) -> None:
         reader = ds.reader(number)
         assert fmt.peek(str(GOLDEN / golden / entry.path), ds.manifest.schema, {}) == (len(reader), reader.dataset_id)
     ds.close()
+
+
+def test_sealing_a_shard_holds_no_copy_of_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer seals the archive through a map of it: a 24 MB shard is sealed holding well under
+    a megabyte of Python memory (reading it whole held the shard's size again), and it still opens
+    through its locator with the same rows."""
+    import tracemalloc
+
+    import numpy as np
+
+    from shardkit.formats import pt_writer
+    from shardkit.records import Encoded
+    from shardkit.schema import SampleSchema
+    schema = SampleSchema(kind="tabular", layout="array", dtype="float32", shape=(64,))
+    rows = np.arange(100_000 * 64, dtype=np.float32).reshape(100_000, 64)
+    writer = get_format("pt").open_writer(str(tmp_path / "big.pt"), schema, {}, "id")
+    writer.append_many([Encoded.make(row) for row in rows])
+    sealed = []
+    original = pt_writer.seal
+
+    def traced_seal(*args: object) -> None:
+        tracemalloc.start()
+        try:
+            original(*args)
+            sealed.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    monkeypatch.setattr(pt_writer, "seal", traced_seal)
+    writer.close()
+    assert (tmp_path / "big.pt").stat().st_size > 24_000_000 and sealed[0] < 1 << 20
+    reader = PTReader(str(tmp_path / "big.pt"), schema)
+    assert reader._map is not None                      # the locator describes the sealed file
+    assert np.array_equal(np.asarray(reader.read(99_999).payload), rows[-1])
+    reader.close()
