@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from typing import Any, Dict, List, Optional, Tuple
 
 #: Payload layouts a format must store: variable-length bytes, or a fixed-shape array.
@@ -29,9 +30,10 @@ class SampleSchema:
         """True when every payload is a fixed-shape array rather than bytes."""
         return self.layout == LAYOUT_ARRAY
 
-    @property
+    @cached_property
     def sample_nbytes(self) -> int:
-        """Bytes of one fixed-shape array sample (0 for bytes layout)."""
+        """Bytes of one fixed-shape array sample (0 for bytes layout); computed once per schema,
+        since every array read checks a length against it."""
         if not self.is_array:
             return 0
         import numpy as np

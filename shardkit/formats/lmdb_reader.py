@@ -22,7 +22,7 @@ from .keys import KeyTable
 from .lmdb_layout import (CRCS_KEY, FLAG_ZLIB, FORMAT_NAME, FORMAT_VERSION, KEY_BLOCKS_KEY, KEYS_KEY, LABELS_KEY,
                           MAX_META_BYTES, META_KEY, RECORD, RECORD_MAGIC, RECORD_VERSION, rows_per_block, sample_key,
                           short_message)
-from .packing import check_lengths, restore
+from .packing import array_dtype, check_lengths, restore
 
 #: Reader table size; readers open lock-free, so it never limits them (kept generous anyway).
 MAX_READERS = 1024
@@ -96,6 +96,7 @@ class LMDBReader(ShardReader):
         #: Whether this shard's map uses OS readahead.
         self.readahead = shared.readahead
         self._per_block = 0
+        self._row_dtype = array_dtype(schema) if schema.is_array else None
         self._crcs: Optional[np.ndarray] = None
         self._keys: Optional[KeyTable] = None
         try:
@@ -252,9 +253,10 @@ class LMDBReader(ShardReader):
                 raise CorruptSampleError(self._path, index, f"block {block} is missing" if value is None else
                                          f"block {block} holds {len(value)} bytes, not {rows * width}")
             stored = value[position * width:(position + 1) * width].tobytes()
-        payload = restore(self._schema, stored, width, False, self._path, index)
+        # The block's length was checked above, so every row in it has the schema's width.
+        payload = np.frombuffer(stored, dtype=self._row_dtype).reshape(self._schema.shape)
         assert self._crcs is not None
-        return Encoded(payload, int(self._labels[index]), int(self._crcs[index]))
+        return Encoded(payload, self._labels.item(index), self._crcs.item(index))
 
     def key(self, index: int) -> Optional[str]:
         return super().key(index) if self._keys is None else self._keys.key(index)
