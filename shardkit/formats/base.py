@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..options import refuse_unknown
-from ..records import Encoded
+from ..records import Encoded, Payload
 from ..schema import SampleSchema
 
 
@@ -98,6 +98,34 @@ class ShardReader(abc.ABC):
 
     def close(self) -> None:
         """Release file handles."""
+
+
+class TableShardReader(ShardReader):
+    """A shard whose labels and CRC32s are tables of `_count` entries and whose fixed-shape rows,
+    when stored plainly back to back, are one `(count, *shape)` view `_rows`: a read of such a row
+    indexes three arrays, and every other payload comes from the format's `_payload`."""
+
+    _count: int
+    _labels: np.ndarray
+    _crcs: np.ndarray
+    _rows: Optional[np.ndarray]
+
+    def __len__(self) -> int:
+        return self._count
+
+    def read(self, index: int) -> Encoded:
+        if not 0 <= index < self._count:
+            raise IndexError(f"sample {index} out of range for shard of {self._count}")
+        rows = self._rows
+        payload = rows[index] if rows is not None else self._payload(index)
+        return Encoded(payload, self._labels.item(index), self._crcs.item(index))
+
+    @abc.abstractmethod
+    def _payload(self, index: int) -> Payload:
+        """The payload of local index (in range) when it is not a row of `_rows`."""
+
+    def labels(self) -> np.ndarray:
+        return self._labels
 
 
 @dataclass(frozen=True)

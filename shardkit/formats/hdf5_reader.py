@@ -11,9 +11,9 @@ import numpy as np
 
 from ..errors import CorruptShardError
 from ..integrity import fd_path
-from ..records import Encoded
+from ..records import Encoded, Payload
 from ..schema import SampleSchema
-from .base import ShardReader
+from .base import TableShardReader
 from .hdf5_layout import FORMAT_VERSION, MAX_EXPANSION
 from .hdf5_locator import FIRST_READ, Locator, describes, parse, read_head
 from .hdf5_safety import check_self_contained, disable_filter_plugins
@@ -25,7 +25,7 @@ CHUNK_CACHE_BYTES = 8 << 20
 CHUNK_CACHE_SLOTS = 10007
 
 
-class HDF5Reader(ShardReader):
+class HDF5Reader(TableShardReader):
     """Reads samples by index; uncompressed data is served zero-copy from an mmap.
 
     An uncompressed shard is read through h5py only while it opens (structure checks, tables, chunk
@@ -43,7 +43,7 @@ class HDF5Reader(ShardReader):
         self._schema = schema
         self._readahead = readahead
         self._flat: Optional[np.ndarray] = None
-        self._rows: Optional[np.ndarray] = None     # fixed-shape rows of one run of chunks, as one view
+        self._rows = None           # fixed-shape rows of one run of chunks, as one view (_one_run_rows)
         self._mmap: Optional[mmap.mmap] = None
         self._file: Any = None
         self._data: Any = None          # the h5py dataset of the payloads (None once mapped and closed)
@@ -296,30 +296,20 @@ class HDF5Reader(ShardReader):
             return None
         return self._flat[offset:offset + nbytes].view(dset.dtype)
 
-    def __len__(self) -> int:
-        return self._count
-
-    def read(self, index: int) -> Encoded:
-        if not 0 <= index < self._count:
-            raise IndexError(f"sample {index} out of range for shard of {self._count}")
-        if self._rows is not None:
-            return Encoded(self._rows[index], self._labels.item(index), self._crcs.item(index))
+    def _payload(self, index: int) -> Payload:
         if self._flat is None:
-            payload = self._data[index] if self._offsets is None else \
+            return self._data[index] if self._offsets is None else \
                 self._data[self._offsets[index]:self._offsets[index + 1]]
-        elif self._offsets is None:
+        if self._offsets is None:
             chunk = index * self._row_bytes // self._chunk_bytes
             begin = self._shift[chunk] + index * self._row_bytes
-            payload = self._flat[begin:begin + self._row_bytes].view(self._dtype).reshape(self._schema.shape)
-        else:
-            begin, end = self._offsets[index:index + 2].tolist()
-            first = begin // self._chunk_bytes
-            if self._run[first] == self._run[max(begin, end - 1) // self._chunk_bytes]:
-                shift = self._shift[first]          # one run of back-to-back chunks: a view
-                payload = self._flat[shift + begin:shift + end]
-            else:
-                payload = self._pieces(begin, end)
-        return Encoded(payload, int(self._labels[index]), int(self._crcs[index]))
+            return self._flat[begin:begin + self._row_bytes].view(self._dtype).reshape(self._schema.shape)
+        begin, end = self._offsets[index:index + 2].tolist()
+        first = begin // self._chunk_bytes
+        if self._run[first] == self._run[max(begin, end - 1) // self._chunk_bytes]:
+            shift = self._shift[first]          # one run of back-to-back chunks: a view
+            return self._flat[shift + begin:shift + end]
+        return self._pieces(begin, end)
 
     def read_many(self, indices: Sequence[int]) -> List[Encoded]:
         """Mapped bytes payloads as slices of the map, all located at once; else read() on each."""
@@ -357,9 +347,6 @@ class HDF5Reader(ShardReader):
 
     def key(self, index: int) -> Optional[str]:
         return super().key(index) if self._keys is None else self._keys.key(index)
-
-    def labels(self) -> np.ndarray:
-        return self._labels
 
     def close(self) -> None:
         self._flat = self._rows = None

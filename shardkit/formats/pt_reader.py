@@ -15,7 +15,7 @@ from ..errors import CorruptShardError
 from ..integrity import fd_path
 from ..records import Encoded, Payload
 from ..schema import SampleSchema
-from .base import ShardReader
+from .base import TableShardReader
 from .keys import KeyTable
 from .locating import FileView, close_map, map_file, opened
 from .packing import array_dtype, restore
@@ -42,7 +42,7 @@ def check_zip_index(path: str) -> None:
                                  f"{size}-byte file")
 
 
-class PTReader(ShardReader):
+class PTReader(TableShardReader):
     """Random access into the mmap'd tensors; uncompressed payloads are zero-copy read-only views."""
 
     def __init__(self, path: str, schema: SampleSchema, located: bool = True, fd: Optional[int] = None) -> None:
@@ -82,7 +82,7 @@ class PTReader(ShardReader):
         self._plain = not self._compressed and not schema.is_array
         #: Uncompressed fixed-shape rows (each of the schema's length, back to back from offset 0, as
         #: _check_tables found) as one (count, *shape) view: a read indexes it.
-        self._rows: Optional[np.ndarray] = None
+        self._rows = None
         if schema.is_array and not self._compressed:
             self._rows = self._data.view(array_dtype(schema)).reshape((self._count, *schema.shape))
 
@@ -165,18 +165,10 @@ class PTReader(ShardReader):
         if problem:
             raise self._corrupt(problem)
 
-    def __len__(self) -> int:
-        return self._count
-
-    def read(self, index: int) -> Encoded:
-        if not 0 <= index < self._count:
-            raise IndexError(f"sample {index} out of range for shard of {self._count}")
-        if self._rows is not None:
-            return Encoded(self._rows[index], self._labels.item(index), self._crcs.item(index))
+    def _payload(self, index: int) -> Payload:
         stored = self._data[self._offsets[index]:self._offsets[index + 1]]
-        payload: Payload = stored if self._plain else restore(
+        return stored if self._plain else restore(
             self._schema, memoryview(stored), int(self._raw_lengths[index]), self._compressed, self._path, index)
-        return Encoded(payload, int(self._labels[index]), int(self._crcs[index]))
 
     def key(self, index: int) -> Optional[str]:
         return super().key(index) if self._keys is None else self._keys.key(index)
@@ -193,9 +185,6 @@ class PTReader(ShardReader):
         return [Encoded(data[begin:end], label, crc) for begin, end, label, crc in
                 zip(self._offsets[wanted].tolist(), self._offsets[wanted + 1].tolist(),
                     self._labels[wanted].tolist(), self._crcs[wanted].tolist())]
-
-    def labels(self) -> np.ndarray:
-        return self._labels
 
     def close(self) -> None:
         self._keys = self._rows = None
