@@ -65,7 +65,7 @@ class ShardHandles:
     shards looks it up in one list instead of a hash table's scattered entries.
     """
 
-    def __init__(self, capacity: int, shards: int = 0) -> None:
+    def __init__(self, capacity: int, shards: int) -> None:
         self.capacity = capacity
         self.ready: "OrderedDict[int, ShardReader]" = OrderedDict()
         self.slots: List[Optional[ShardReader]] = [None] * shards
@@ -95,22 +95,17 @@ class ShardHandles:
             self.forget()
         self.ready[shard] = reader
         self._keys[shard] = key
-        if shard < len(self.slots):
-            self.slots[shard] = reader
+        self.slots[shard] = reader
         while len(self.ready) > self.capacity:
             oldest, evicted = self.ready.popitem(last=False)
-            self._empty(oldest)
+            self.slots[oldest] = None
             OPEN_FILES.release(self._keys.pop(oldest), evicted)
         return reader
-
-    def _empty(self, shard: int) -> None:
-        if shard < len(self.slots):
-            self.slots[shard] = None
 
     def discard(self, shard: int) -> None:
         """Release one shard's reader (one that failed a check must not stay ready)."""
         reader = self.ready.pop(shard, None)
-        self._empty(shard)
+        self.slots[shard] = None
         if reader is not None:
             OPEN_FILES.release(self._keys.pop(shard), reader)
 

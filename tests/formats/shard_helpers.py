@@ -1,7 +1,9 @@
 """Helpers shared by the format tests: make samples, write one shard through a format."""
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
+from typing import Any, List
 
 import numpy as np
 
@@ -29,3 +31,21 @@ def write_shard(fmt_name: str, path: Path, schema: SampleSchema, samples: list, 
 def payload_bytes(payload) -> bytes:
     """The bytes of a stored payload, whatever bytes-like or array type a reader returned."""
     return payload.tobytes() if isinstance(payload, np.ndarray) else bytes(memoryview(payload))
+
+
+def trace_peaks(module: Any, name: str, monkeypatch: Any) -> List[int]:
+    """Replace module.name with a wrapper that records each call's peak of Python allocations
+    (tracemalloc); returns the list the peaks are appended to."""
+    peaks: List[int] = []
+    original = getattr(module, name)
+
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        tracemalloc.start()
+        try:
+            result = original(*args, **kwargs)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            return result
+        finally:
+            tracemalloc.stop()
+    monkeypatch.setattr(module, name, traced)
+    return peaks

@@ -20,7 +20,7 @@ from shardkit.records import Encoded
 from shardkit.schema import SampleSchema
 from tests.faults.crafting import reseal
 from tests.security.crafted import rewrite_shard
-from tests.formats.shard_helpers import payload_bytes, sized_samples, write_shard
+from tests.formats.shard_helpers import payload_bytes, sized_samples, trace_peaks, write_shard
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 V3 = sorted(path for path in GOLDEN.glob("hdf5-v3*") if (path / "manifest.json").is_file())
@@ -194,23 +194,11 @@ def test_peek_gives_the_count_and_identity_a_reader_gives(golden: str) -> None:
 def test_sealing_a_shard_holds_no_copy_of_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The writer seals the closed file through a map of it: a 24 MB shard is sealed holding well
     under a megabyte of Python memory (reading it whole held the shard's size again)."""
-    import tracemalloc
-
     from shardkit.formats import hdf5_writer
     schema = SampleSchema(kind="tabular", layout="array", dtype="float32", shape=(64,))
     writer = get_format("hdf5").open_writer(str(tmp_path / "big.h5"), schema, {}, "id")
     writer.append_many([Encoded.make(row) for row in np.ones((100_000, 64), dtype=np.float32)])
-    sealed = []
-    original = hdf5_writer.seal
-
-    def traced_seal(path: str, locator: Locator) -> None:
-        tracemalloc.start()
-        try:
-            original(path, locator)
-            sealed.append(tracemalloc.get_traced_memory()[1])
-        finally:
-            tracemalloc.stop()
-    monkeypatch.setattr(hdf5_writer, "seal", traced_seal)
+    sealed = trace_peaks(hdf5_writer, "seal", monkeypatch)
     writer.close()
     assert (tmp_path / "big.h5").stat().st_size > 24_000_000 and sealed[0] < 1 << 20
     same_samples(tmp_path / "big.h5", schema)

@@ -17,7 +17,7 @@ from shardkit.formats.locating import gaps_crc32
 from shardkit.formats.pt import PTReader
 from shardkit.formats.pt_locator import PTLocator, read_locator
 from tests.faults.crafting import reseal
-from tests.formats.shard_helpers import payload_bytes
+from tests.formats.shard_helpers import payload_bytes, trace_peaks
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 V3 = sorted(path for path in GOLDEN.glob("pt-v3*") if (path / "manifest.json").is_file())
@@ -161,8 +161,6 @@ def test_sealing_a_shard_holds_no_copy_of_it(tmp_path: Path, monkeypatch: pytest
     """The writer seals the archive through a map of it: a 24 MB shard is sealed holding well under
     a megabyte of Python memory (reading it whole held the shard's size again), and it still opens
     through its locator with the same rows."""
-    import tracemalloc
-
     import numpy as np
 
     from shardkit.formats import pt_writer
@@ -172,17 +170,7 @@ def test_sealing_a_shard_holds_no_copy_of_it(tmp_path: Path, monkeypatch: pytest
     rows = np.arange(100_000 * 64, dtype=np.float32).reshape(100_000, 64)
     writer = get_format("pt").open_writer(str(tmp_path / "big.pt"), schema, {}, "id")
     writer.append_many([Encoded.make(row) for row in rows])
-    sealed = []
-    original = pt_writer.seal
-
-    def traced_seal(*args: object) -> None:
-        tracemalloc.start()
-        try:
-            original(*args)
-            sealed.append(tracemalloc.get_traced_memory()[1])
-        finally:
-            tracemalloc.stop()
-    monkeypatch.setattr(pt_writer, "seal", traced_seal)
+    sealed = trace_peaks(pt_writer, "seal", monkeypatch)
     writer.close()
     assert (tmp_path / "big.pt").stat().st_size > 24_000_000 and sealed[0] < 1 << 20
     reader = PTReader(str(tmp_path / "big.pt"), schema)
