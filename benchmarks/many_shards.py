@@ -6,6 +6,8 @@ For each format, the same CSV rows are converted into --few shards and into --ma
   open        open_dataset(DST) wall time (median of --repeats)
   quick       verify(DST, mode="quick") wall time (median of --repeats)
   uniform     ds[i] per second in one process, uniform random order, after one read of every shard
+              (decode=None: the stored row, no copy)
+  decoded     the same with the default decode (each row a float32 tensor), as a training loop reads
   sampler     the same in ShardAwareSampler order
   loader      samples per second through DataLoader(batch_size=256, num_workers=2, RandomSampler),
               decode=None, workers not persistent (each epoch's fresh workers open every shard
@@ -98,7 +100,7 @@ def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repea
                                                        samples_per_shard=-(-rows // count), quiet=True))
                  for count in (few, many)}
     results: Dict[str, Any] = {"convert_ms_per_shard": 1000 * (convert_s[many] - convert_s[few]) / (many - few)}
-    names = ("open", "quick", "uniform", "sampler", "loader", "persistent", "rss")
+    names = ("open", "quick", "uniform", "decoded", "sampler", "loader", "persistent", "rss")
     samples: Dict[str, Dict[int, List[float]]] = {name: {few: [], many: []} for name in names}
     rng = np.random.default_rng(0)
     for _ in range(repeats):
@@ -109,7 +111,10 @@ def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repea
             if quick:
                 samples["quick"][count].append(timed(lambda: shardkit.verify(dst, mode="quick")))
             ds = shardkit.open_dataset(dst, decode=None)
-            samples["uniform"][count].append(read_rate(ds, rng.integers(0, len(ds), reads).tolist()))
+            order = rng.integers(0, len(ds), reads).tolist()
+            samples["uniform"][count].append(read_rate(ds, order))
+            with shardkit.open_dataset(dst) as decoded:
+                samples["decoded"][count].append(read_rate(decoded, order))
             sampler = shardkit.ShardAwareSampler(ds, seed=0)
             samples["sampler"][count].append(read_rate(ds, list(sampler)[:reads]))
             ds.close()
@@ -143,19 +148,21 @@ def main() -> None:
         write_csv(csv, args.rows)
         print(f"{args.rows} rows, {args.few} vs {args.many} shards, {os.cpu_count()} CPUs, load average "
               f"{os.getloadavg()[0]:.1f}")
-        print("| format | shards | uniform /s | sampler /s | loader /s | persistent loader /s | worker RSS MiB "
-              "| open_dataset s | verify --quick s | convert ms/shard |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("| format | shards | uniform /s | decoded /s | sampler /s | loader /s | persistent loader /s "
+              "| worker RSS MiB | open_dataset s | verify --quick s | convert ms/shard |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for fmt in args.formats:
             res = measure(fmt, csv, work, args.rows, args.few, args.many, args.repeats, args.reads, args.epochs,
                           not args.no_quick)
             for count in (args.few, args.many):
                 convert = f"{res['convert_ms_per_shard']:.2f}" if count == args.many else ""
-                print(f"| {fmt} | {count:,} | {res['uniform'][count]:,.0f} | {res['sampler'][count]:,.0f} "
+                print(f"| {fmt} | {count:,} | {res['uniform'][count]:,.0f} | {res['decoded'][count]:,.0f} "
+                      f"| {res['sampler'][count]:,.0f} "
                       f"| {res['loader'][count]:,.0f} | {res['persistent'][count]:,.0f} | {res['rss'][count]:.0f} "
                       f"| {res['open'][count]:.3f} "
                       f"| {res['quick'][count]:.3f} | {convert} |")
-            print(f"| {fmt} | ratio | {res['uniform']['ratio']:.2f}x | {res['sampler']['ratio']:.2f}x "
+            print(f"| {fmt} | ratio | {res['uniform']['ratio']:.2f}x | {res['decoded']['ratio']:.2f}x "
+                  f"| {res['sampler']['ratio']:.2f}x "
                   f"| {res['loader']['ratio']:.2f}x | {res['persistent']['ratio']:.2f}x | "
                   f"| {res['open']['ratio']:.1f}x | {res['quick']['ratio']:.1f}x | |",
                   flush=True)

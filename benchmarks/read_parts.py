@@ -3,7 +3,10 @@
 Converts --rows CSV rows (four floats and a label) into --few and into --many shards of one
 format, opens every shard once, then times the same uniform random order through:
 
-  ds[i]          the whole per-sample path (decode=None)
+  ds[i]          the whole per-sample path (decode=None), labels and CRC32s from the sample table
+  ds[i], decoded   the same with the default decode (a float32 tensor per row), as training reads
+  ds[i], shard tables   decode=None with labels and CRC32s from each shard's own tables (the path of
+                 a dataset without a sample table)
   locate         global index -> (shard, row)
   locate+reader  the same and the shard's ready reader
   reader.read    the reader's read(row) alone (shard and row found beforehand)
@@ -39,13 +42,16 @@ def rate(action: Callable[[Any], Any], items: List[Any]) -> float:
     return len(items) / (time.perf_counter() - started)
 
 
-def parts(ds: Any, order: List[int]) -> Dict[str, float]:
-    """Reads per second of each part of the read path over order."""
+def parts(ds: Any, decoded: Any, untabled: Any, order: List[int]) -> Dict[str, float]:
+    """Reads per second of each part of the read path over order (untabled: the same dataset read
+    without its sample table)."""
     located = [ds._locate(index) for index in order]
     pairs = [(ds.reader(shard), row) for shard, row in located]
     shards = len(ds.shard_starts) - 1
     table = np.concatenate([ds.reader(shard).labels() for shard in range(shards)])
-    out = {"ds[i]": rate(ds.__getitem__, order), "locate": rate(ds._locate, order),
+    out = {"ds[i]": rate(ds.__getitem__, order), "ds[i], decoded": rate(decoded.__getitem__, order),
+           "ds[i], shard tables": rate(untabled.__getitem__, order),
+           "locate": rate(ds._locate, order),
            "locate+reader": rate(lambda index: ds.reader(ds._locate(index)[0]), order),
            "reader.read": rate(lambda pair: pair[0].read(pair[1]), pairs),
            "label item": rate(lambda pair: pair[0].labels().item(pair[1]), pairs),
@@ -75,15 +81,21 @@ def main() -> None:
         if not os.path.isfile(os.path.join(dst, "manifest.json")):
             shardkit.convert(csv, dst, format=args.format, label_column="label",
                              samples_per_shard=-(-args.rows // count), quiet=True)
-        datasets[count] = ds = shardkit.open_dataset(dst, decode=None)
+        ds = shardkit.open_dataset(dst, decode=None)
+        manifest = shardkit.manifest.load_manifest(dst)
+        manifest.sample_table = None
+        untabled = type(ds)(dst, decode=None, _manifest=manifest)
+        decoded = shardkit.open_dataset(dst)
         for shard in range(len(ds.shard_starts) - 1):
-            ds.reader(shard)
+            for each in (ds, decoded, untabled):
+                each.reader(shard)
+        datasets[count] = ds, decoded, untabled
     rng = np.random.default_rng(0)
     rates: Dict[str, Dict[int, List[float]]] = {}
     for _ in range(args.repeats):
         order = rng.integers(0, args.rows, args.reads).tolist()
-        for count, ds in datasets.items():
-            for name, value in parts(ds, order).items():
+        for count, (ds, decoded, untabled) in datasets.items():
+            for name, value in parts(ds, decoded, untabled, order).items():
                 rates.setdefault(name, {}).setdefault(count, []).append(value)
     print(f"| {args.format} part | {args.few} shards, us | {args.many} shards, us | many/few rate |")
     print("|---|---|---|---|")
