@@ -11,6 +11,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, Tuple, Union
 
+from .errors import CorruptShardError
+
 HASH_ALGORITHM = "sha256"
 _BLOCK = 4 * 1024 * 1024
 
@@ -158,6 +160,22 @@ def hash_open_file(fd: int, path: PathLike, size: int) -> str:
         digest.update(block)
         position += len(block)
     return digest.hexdigest()
+
+
+def open_shard_file(path: str, root: str, size: int, name: str) -> int:
+    """A read-only descriptor of path, if it is a regular file of `size` bytes inside root (no link,
+    FIFO or device: open_regular); CorruptShardError naming the file and `name`
+    ("shard 3") otherwise. The caller closes it."""
+    try:
+        return open_regular(path, root, size)
+    except WrongSize as exc:
+        raise CorruptShardError("is truncated or replaced: it has", path=path, actual=f"{exc.size} bytes",
+                                expected=size) from None
+    except NotAShardFile as exc:
+        raise CorruptShardError(f"{exc.problem}; {name} is read only as a regular file inside the "
+                                "dataset", path=path) from None
+    except OSError:
+        raise CorruptShardError(f"{name} is missing", path=path) from None
 
 
 def fsync_path(path: PathLike) -> None:

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 
 from .errors import ForeignShardError, ManifestError, NotADatasetError
 from .integrity import HASH_ALGORITHM, PathLike, atomic_write_json
+from .sample_table import check_entry
 from .schema import SampleSchema
 from .shard_table import SHARDS_DIR, ShardEntry, ShardTable, canonical_text, check_relative_path, plain_columns
 
@@ -45,6 +46,9 @@ class Manifest:
     order: Optional[Dict[str, Any]] = None
     #: Identity stamped into every shard (format versions with one); None in older datasets.
     dataset_id: Optional[str] = None
+    #: {"path": "sample_table.bin", "size": N, "sha256": HEX} (sample_table.py); None: no sample table
+    #: (a dataset written before there was one, or of shards without label and CRC32 tables).
+    sample_table: Optional[Dict[str, Any]] = None
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "shards" and not isinstance(value, ShardTable):
@@ -82,6 +86,8 @@ class Manifest:
             body["part"] = dict(self.part)
         if self.order is not None:
             body["order"] = dict(self.order)
+        if self.sample_table is not None:
+            body["sample_table"] = dict(self.sample_table)
         body["manifest_sha256"] = _body_checksum(body)
         return body
 
@@ -122,6 +128,8 @@ class Manifest:
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"malformed manifest ({type(exc).__name__}: {exc})", path=where) from None
         manifest.check_consistency(where)
+        if data.get("sample_table") is not None:
+            manifest.sample_table = check_entry(data["sample_table"], manifest.num_samples, where)
         return manifest
 
     def check_consistency(self, where: str = MANIFEST_NAME) -> None:

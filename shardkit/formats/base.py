@@ -85,6 +85,16 @@ class ShardReader(abc.ABC):
     def labels(self) -> np.ndarray:
         """All labels of the shard as an int64 array (NO_LABEL when unlabeled)."""
 
+    def tables(self) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """(labels, CRC32s) of every sample when the shard stores both as tables (what the dataset's
+        sample table is written from and compared with); None when its CRC32s live in its records."""
+        return None
+
+    def payload(self, index: int) -> Payload:
+        """The payload alone of local index: what a read takes from the shard when the label and
+        CRC32 come from the dataset's sample table (a format with tables reads nothing else)."""
+        return self.read(index).payload
+
     def key(self, index: int) -> Optional[str]:
         """The source key of the sample at local index (None: a format version without keys);
         read lazily, so opening a shard reads none of its keys."""
@@ -120,12 +130,21 @@ class TableShardReader(ShardReader):
         payload = rows[index] if rows is not None else self._payload(index)
         return Encoded(payload, self._labels.item(index), self._crcs.item(index))
 
+    def payload(self, index: int) -> Payload:
+        if not 0 <= index < self._count:
+            raise IndexError(f"sample {index} out of range for shard of {self._count}")
+        rows = self._rows
+        return rows[index] if rows is not None else self._payload(index)
+
     @abc.abstractmethod
     def _payload(self, index: int) -> Payload:
         """The payload of local index (in range) when it is not a row of `_rows`."""
 
     def labels(self) -> np.ndarray:
         return self._labels
+
+    def tables(self) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        return self._labels, self._crcs
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ import os
 from typing import List, Optional, Sequence
 
 from ..errors import CorruptSampleError, CorruptShardError, ManifestError, ShardkitError, UsageError
-from ..integrity import NotAShardFile, WrongSize, open_regular
+from ..integrity import open_shard_file
 from ..manifest import MANIFEST_NAME, Manifest
 from ..records import Encoded
+from ..sample_table import SampleTable
 from ..schema import SampleSchema
 from .base import FormatOptions, ShardFormat, ShardReader
 
@@ -44,22 +45,6 @@ def recorded_options(fmt: ShardFormat, manifest: Manifest, root: str) -> FormatO
         return fmt.reader_options.from_dict(manifest.format_options, f"format_options for {fmt.name}")
     except UsageError as exc:
         raise ManifestError(str(exc), path=os.path.join(root, MANIFEST_NAME)) from None
-
-
-def open_shard_file(path: str, root: str, size: int, name: str) -> int:
-    """A read-only descriptor of path, if it is a regular file of `size` bytes inside root (no link,
-    FIFO or device: integrity.open_regular); CorruptShardError naming the file and `name`
-    ("shard 3") otherwise. The caller closes it."""
-    try:
-        return open_regular(path, root, size)
-    except WrongSize as exc:
-        raise CorruptShardError("is truncated or replaced: it has", path=path, actual=f"{exc.size} bytes",
-                                expected=size) from None
-    except NotAShardFile as exc:
-        raise CorruptShardError(f"{exc.problem}; {name} is read only as a regular file inside the "
-                                "dataset", path=path) from None
-    except OSError:
-        raise CorruptShardError(f"{name} is missing", path=path) from None
 
 
 def open_checked(fmt: ShardFormat, manifest: Manifest, root: str, shard: int, options: FormatOptions, *,
@@ -126,10 +111,16 @@ class SampleChecks:
         name = self._names[shard]
         return os.path.join(self._root, name), name
 
-    def read(self, reader: ShardReader, shard: int, local: int, index: Optional[int] = None) -> Encoded:
-        """Sample `local` of the reader of shard number `shard` (index: its global index)."""
+    def read(self, reader: ShardReader, shard: int, local: int, index: Optional[int] = None,
+             table: Optional[SampleTable] = None) -> Encoded:
+        """Sample `local` of the reader of shard number `shard` (index: its global index); with the
+        dataset's sample table (checked against this shard's tables), label and CRC32 come from it."""
         try:
-            encoded = reader.read(local)
+            if table is None:
+                encoded = reader.read(local)
+            else:       # the table is read by global index
+                assert index is not None
+                encoded = Encoded(reader.payload(local), table.labels.item(index), table.crcs.item(index))
         except CorruptSampleError as exc:      # found inside the format: add what only the caller knows
             exc.shard, exc.global_index = self._names[shard], index
             raise

@@ -240,6 +240,12 @@ class LMDBReader(ShardReader):
 
     def _read_row(self, index: int) -> Encoded:
         """A fixed-shape row from its block (label and CRC from the tables)."""
+        payload = self._row(index)
+        assert self._crcs is not None
+        return Encoded(payload, self._labels.item(index), self._crcs.item(index))
+
+    def _row(self, index: int) -> np.ndarray:
+        """The payload of a fixed-shape row (in range), copied out of its block."""
         block, position = divmod(index, self._per_block)
         width = self._schema.sample_nbytes
         rows = min(self._per_block, self._count - block * self._per_block)
@@ -254,9 +260,17 @@ class LMDBReader(ShardReader):
                                          f"block {block} holds {len(value)} bytes, not {rows * width}")
             stored = value[position * width:(position + 1) * width].tobytes()
         # The block's length was checked above, so every row in it has the schema's width.
-        payload = np.frombuffer(stored, dtype=self._row_dtype).reshape(self._schema.shape)
-        assert self._crcs is not None
-        return Encoded(payload, self._labels.item(index), self._crcs.item(index))
+        return np.frombuffer(stored, dtype=self._row_dtype).reshape(self._schema.shape)
+
+    def payload(self, index: int) -> Any:
+        if not self._per_block:
+            return super().payload(index)
+        if not 0 <= index < self._count:
+            raise IndexError(f"sample {index} out of range for shard of {self._count}")
+        return self._row(index)
+
+    def tables(self) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        return None if self._crcs is None else (self._labels, self._crcs)
 
     def key(self, index: int) -> Optional[str]:
         return super().key(index) if self._keys is None else self._keys.key(index)

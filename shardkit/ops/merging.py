@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 from ..errors import DestinationExistsError, ManifestError, UsageError
 from ..integrity import atomic_write_bytes, fsync_path
 from ..manifest import RUN_SUMMARY_KEYS, SHARDS_DIR, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
+from ..write.table_writer import write_sample_table
 
 
 @dataclass
@@ -74,6 +75,7 @@ def merge(parts: Sequence[str], dst: str) -> MergeReport:
                                  source={**base.source, "summary": summary,
                                          "fingerprint": base.part["plan_fingerprint"]})
     atomic_write_bytes(path / SKIPPED_NAME, b"".join(scan_skipped + run_skipped))
+    merged.sample_table = write_sample_table(dst, merged)
     merged.save(dst)
     return MergeReport(dst=dst, parts=len(ordered), num_samples=merged.num_samples, num_shards=len(entries),
                        linked=linked, copied=copied, seconds=time.monotonic() - started)

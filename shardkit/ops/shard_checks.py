@@ -14,13 +14,14 @@ from ..errors import CorruptSampleError, CorruptShardError, SampleError
 from ..formats import READ_FAILURES, ShardReader, get_format, recorded_options
 from ..integrity import NotAShardFile, WrongSize, hash_open_file, open_regular
 from ..manifest import Manifest
+from ..sample_table import TABLE_NAME, mismatch, read_rows
 
 
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with a dataset, located as precisely as possible."""
 
-    kind: str       # manifest | missing | extra | size | count | checksum | structure | identity | sample
+    kind: str       # manifest | missing | extra | size | count | checksum | structure | identity | table | sample
     message: str
     shard: Optional[str] = None
     index: Optional[int] = None
@@ -105,6 +106,8 @@ class ShardCheck:
             return
         if count != self.entry.num_samples:
             self.problem("count", f"holds {count} samples, manifest says {self.entry.num_samples}")
+        elif self.reader is not None and manifest.sample_table is not None:
+            self.against_sample_table(self.reader)
         if self.reader is not None and mode == "deep":
             try:
                 mismatch = fmt.cross_check(self.path, manifest.schema, options)
@@ -113,6 +116,18 @@ class ShardCheck:
             if mismatch:
                 self.problem("structure", mismatch)
             self.every_sample(self.reader)
+
+    def against_sample_table(self, reader: ShardReader) -> None:
+        """The shard's own labels and CRC32s against the dataset's sample table (full, deep)."""
+        table = self.manifest.sample_table
+        assert table is not None
+        try:
+            labels, crcs = read_rows(self.dst, table, self.entry.first_index, self.entry.num_samples)
+        except CorruptShardError:
+            return      # the table file itself is reported once, by verify
+        problem = mismatch(reader.tables(), labels, crcs, 0)
+        if problem:
+            self.problem("table", f"{problem} ({TABLE_NAME})")
 
     def every_sample(self, reader: ShardReader) -> None:
         """--deep: each sample's record, CRC32, label range and that it decodes."""

@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..errors import ManifestError, UsageError
+from ..errors import CorruptShardError, ManifestError, UsageError
 from ..formats import get_format, recorded_options
+from ..integrity import hash_open_file
 from ..runtime.isolation import ChildKilled, IsolatedCalls, run_isolated
 from ..manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, load_manifest
 from ..runtime.progress import Progress
+from ..sample_table import TABLE_NAME, open_table_file
 from ..runtime.workers import default_workers, exit_if_importing_main, run_in_workers
 from .shard_checks import Problem, check_shard
 
@@ -70,6 +72,7 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
         report.problems.append(unreadable)
         return report
     report.problems.extend(_extra_files(dst, manifest))
+    report.problems.extend(_sample_table_problems(dst, manifest, mode))
     shards = len(manifest.shards)
     batches = _batches(shards, workers)
     outcomes: List[List[Tuple[List[Problem], int]]] = [[] for _ in batches]
@@ -190,6 +193,27 @@ def _extra_files(dst: str, manifest: Manifest) -> List[Problem]:
     extra = sorted(f"{SHARDS_DIR}/{name}" for name in os.listdir(shards_dir))
     return [Problem("extra", f"{Path(dst) / rel}: not listed in {MANIFEST_NAME}", shard=rel)
             for rel in extra if rel not in listed]
+
+
+def _sample_table_problems(dst: str, manifest: Manifest, mode: str) -> List[Problem]:
+    """The sample table file: a regular file of its recorded size (quick), with its recorded sha256
+    (full, deep); each shard's rows in it are compared with the shard by its own check."""
+    entry = manifest.sample_table
+    if entry is None:
+        return []
+    try:
+        fd = open_table_file(dst, entry)
+    except CorruptShardError as exc:
+        return [Problem("table", str(exc))]
+    try:
+        if mode != "quick" and hash_open_file(fd, TABLE_NAME, entry["size"]) != entry["sha256"]:
+            return [Problem("table", f"{Path(dst) / TABLE_NAME}: sha256 does not match the manifest "
+                                     "(the file's bytes changed)")]
+    except (OSError, ValueError) as exc:
+        return [Problem("table", f"{Path(dst) / TABLE_NAME}: cannot be hashed ({exc})")]
+    finally:
+        os.close(fd)
+    return []
 
 
 def _check_batch_isolated(context: Tuple[str, Manifest, str], batch: Tuple[int, int]) -> Any:

@@ -16,6 +16,7 @@ from ..formats import (SampleChecks, ShardReader, check_reader, check_version, g
 from ..integrity import hash_shard_file
 from ..manifest import Manifest, load_manifest
 from ..records import Encoded
+from ..sample_table import SampleTable
 from .handles import ShardHandles, default_max_open_shards
 from .indices import sample_index, sample_indices
 from .openfiles import OPEN_FILES
@@ -73,6 +74,9 @@ class ShardRecords:
         #: global index finds its shard by a division, touching no per-shard table.
         self._per_shard = _uniform_count(shards.num_samples)
         self._handles = ShardHandles(max_open_shards, len(shards))
+        #: The dataset's sample table, mapped in this process by the first shard opened here (None
+        #: before, and always when the manifest lists none): reads then take labels and CRC32s from it.
+        self._table: Optional[SampleTable] = None
         self._hashed: set = set()    # (pid, shard) whose sha256 matched (verify_checksums="full")
 
     def __len__(self) -> int:
@@ -107,10 +111,20 @@ class ShardRecords:
                              lambda fd: reader_of(self._format, self.manifest, shard, self._options, path, fd, name))
         try:    # another dataset of the process may have opened the file (shared) after it was replaced
             check_reader(reader, self.manifest, shard, path)
+            if self.manifest.sample_table is not None:
+                self._sample_table().check_shard(reader.tables(), self._starts[shard], path, shard)
         except CorruptShardError:
             handles.discard(shard)
             raise
         return reader
+
+    def _sample_table(self) -> SampleTable:
+        """The dataset's sample table, mapped once per process."""
+        table = self._table
+        if table is None:
+            assert self.manifest.sample_table is not None
+            table = self._table = SampleTable(self.root, self.manifest.sample_table)
+        return table
 
     def _check_sha256_once(self, shard: int) -> None:
         """verify_checksums="full": hash each shard once per process, even when another dataset of
@@ -142,7 +156,8 @@ class ShardRecords:
     def _read(self, index: int) -> Encoded:
         """read_encoded for an index already checked by sample_index (the per-sample path)."""
         shard, local = self._locate(index)
-        return self._checks.read(self.reader(shard), shard, local, index)
+        reader = self.reader(shard)      # first: opening a shard maps the sample table
+        return self._checks.read(reader, shard, local, index, self._table)
 
     def read_encoded_many(self, indices: Sequence[Any]) -> List[Encoded]:
         """The stored records of global indices, in their order: one backend pass per shard."""
@@ -160,7 +175,7 @@ class ShardRecords:
             reader, start = self.reader(shard), self._starts[shard]
             if len(positions) == 1:
                 index = globals_[positions[0]]
-                out[positions[0]] = self._checks.read(reader, shard, index - start, index)
+                out[positions[0]] = self._checks.read(reader, shard, index - start, index, self._table)
                 continue
             picked = [globals_[position] for position in positions]
             encoded = self._checks.read_many(reader, shard, [index - start for index in picked], picked)
@@ -187,6 +202,7 @@ class ShardRecords:
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_handles"] = ShardHandles(self.max_open_shards, len(self._paths))      # handles never cross processes
+        state["_table"] = None      # nor maps
         return state
 
 

@@ -23,6 +23,7 @@ from ..manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, ShardT
 from ..options import DEFAULT_FORMAT, PlanOptions, RunOptions, split_convert_options
 from .plan import ShardTask, make_tasks, planned_order, sample_order
 from ..runtime.progress import Progress
+from .table_writer import write_sample_table
 from .commit import CommitPipeline
 from .sink import (NOT_WRITABLE, ShardResult, SinkContext, explain_write_failure, reusable_result,
                    write_shard_file)
@@ -141,6 +142,7 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
         for result in results:
             skipped_lines.extend(result.skipped)
         _write_skipped(dst, skipped_lines)
+        manifest.sample_table = write_sample_table(dst, manifest)
         latch.check()                     # a Ctrl-C swallowed anywhere so far still stops here
         manifest.save(dst)
         journal.remove()

@@ -18,6 +18,7 @@ from typing import Any, Dict, Optional
 from ..errors import DestinationExistsError, LockedError, UsageError
 from ..integrity import PathLike, atomic_write_json, json_bytes, replace_bytes
 from ..manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME
+from ..sample_table import TABLE_NAME
 
 JOURNAL_DIR = ".shardkit"
 
@@ -115,13 +116,13 @@ class Journal:
 
 
 # ---- DST as a whole: claiming it for a conversion, and tidying it -------------------------
-_OWN_ENTRIES = {MANIFEST_NAME, SKIPPED_NAME, SHARDS_DIR, JOURNAL_DIR}
+_OWN_ENTRIES = {MANIFEST_NAME, SKIPPED_NAME, TABLE_NAME, SHARDS_DIR, JOURNAL_DIR}
 #: Temporary names of atomic writes and of shards being written (integrity.temp_path).
 _TEMP_NAME = re.compile(r"^\..+\.tmp(-[0-9a-f]+)?$")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 #: What shardkit writes, renames or deletes inside DST; none of it may be a symbolic link.
 _LINK_CHECKED = (SHARDS_DIR, JOURNAL_DIR, f"{JOURNAL_DIR}/done", f"{JOURNAL_DIR}/lock", f"{JOURNAL_DIR}/plan.json",
-                 MANIFEST_NAME, SKIPPED_NAME)
+                 MANIFEST_NAME, SKIPPED_NAME, TABLE_NAME)
 
 
 def refuse_links(dst: PathLike) -> None:
@@ -198,7 +199,7 @@ def remove_outputs(dst: str, keep_lock: bool = False) -> None:
     """Delete what a conversion writes in DST (and its journal unless keep_lock)."""
     refuse_links(dst)
     path = Path(dst)
-    for name in (MANIFEST_NAME, SKIPPED_NAME):
+    for name in (MANIFEST_NAME, SKIPPED_NAME, TABLE_NAME):
         if (path / name).exists():
             (path / name).unlink()
     shutil.rmtree(path / SHARDS_DIR, ignore_errors=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
@@ -222,7 +222,23 @@ def reseal(dst: Path) -> None:
         digest = hashlib.sha256(file.read_bytes()).hexdigest()
         entries.append(ShardEntry(entry.path, entry.num_samples, entry.first_index, file.stat().st_size, digest))
     manifest.shards = entries
+    manifest.sample_table = _resealed_table(dst, manifest)
     manifest.save(dst)
+
+
+def _resealed_table(dst: Path, manifest: Any) -> Optional[dict]:
+    """The sample table rewritten from the shards as they now are; where a crafted shard no longer
+    opens, none at all (the attacker drops it, so readers have only the shards to go by)."""
+    from shardkit.errors import CorruptShardError
+    from shardkit.sample_table import TABLE_NAME
+    from shardkit.write.table_writer import write_sample_table
+    if manifest.sample_table is None:       # it had none (LMDB image records): opening no shard here
+        return None
+    try:
+        return write_sample_table(str(dst), manifest)
+    except CorruptShardError:
+        (dst / TABLE_NAME).unlink(missing_ok=True)
+        return None
 
 
 def forge_manifest(dst: Path, edit: Callable[[dict], None]) -> None:

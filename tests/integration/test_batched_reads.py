@@ -34,9 +34,9 @@ def test_one_backend_pass_per_shard(dataset_dir: Path, monkeypatch: pytest.Monke
         calls: List[tuple] = []
         one, many = SampleChecks.read, SampleChecks.read_many
 
-        def read(self: Any, reader: Any, shard: int, local: int, index: Any = None) -> Any:
+        def read(self: Any, reader: Any, shard: int, local: int, index: Any = None, table: Any = None) -> Any:
             calls.append((shard, [local]))
-            return one(self, reader, shard, local, index)
+            return one(self, reader, shard, local, index, table)
 
         def read_many(self: Any, reader: Any, shard: int, locals_: Any, indices: Any) -> Any:
             calls.append((shard, list(locals_)))

@@ -1,0 +1,97 @@
+"""The sample table: every sample's label and CRC32 in one file of the dataset, DST/sample_table.bin,
+in global index order (formats/manifest.md, "Sample table").
+
+A random read over thousands of shards otherwise touches each shard's own small label and CRC
+tables, scattered over memory; one shared table per dataset costs the same at any shard count.
+convert and merge write it from the shards' own tables (write/table_writer.py), the manifest
+records its size and sha256, a process maps it read-only once (the page cache shares it between
+DataLoader workers), and a reader compares it with each shard's own tables when the shard opens,
+so a read takes only values equal to what the shard stores.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import re
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from .errors import CorruptShardError, ManifestError
+from .integrity import open_shard_file
+
+#: A shard's own (labels, CRC32s), as ShardReader.tables() gives them (None: it keeps no such tables).
+ShardTables = Optional[Tuple[np.ndarray, np.ndarray]]
+
+TABLE_NAME = "sample_table.bin"
+#: One row per sample, packed: its label and the CRC32 of its stored payload, little-endian.
+ROW_DTYPE = np.dtype([("label", "<i8"), ("crc32", "<u4")])
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def check_entry(entry: Any, num_samples: int, where: str) -> Dict[str, Any]:
+    """The manifest's sample_table entry, if it names this file with the size of num_samples rows
+    and a sha256; ManifestError otherwise."""
+    if not isinstance(entry, dict) or set(entry) != {"path", "size", "sha256"}:
+        raise ManifestError("sample_table must be an object of path, size and sha256", path=where)
+    if entry["path"] != TABLE_NAME:
+        raise ManifestError(f"sample_table path must be {TABLE_NAME!r}, not {entry['path']!r}", path=where)
+    if entry["size"] != num_samples * ROW_DTYPE.itemsize or type(entry["size"]) is not int:
+        raise ManifestError(f"sample_table size {entry['size']!r} is not {ROW_DTYPE.itemsize} bytes for each "
+                            f"of the {num_samples} samples", path=where)
+    if not isinstance(entry["sha256"], str) or not _SHA256.match(entry["sha256"]):
+        raise ManifestError("sample_table sha256 must be 64 lowercase hex digits", path=where)
+    return dict(entry)
+
+
+def open_table_file(root: str, entry: Dict[str, Any]) -> int:
+    """A read-only descriptor of the table, a regular file of the recorded size inside root;
+    CorruptShardError naming it otherwise."""
+    return open_shard_file(os.path.join(root, TABLE_NAME), root, entry["size"], "the sample table")
+
+
+class SampleTable:
+    """The table of a dataset mapped in this process: `labels` and `crcs`, one entry per global
+    index (views of one read-only map; no descriptor stays open)."""
+
+    def __init__(self, root: str, entry: Dict[str, Any]) -> None:
+        self.path = os.path.join(root, TABLE_NAME)
+        fd = open_table_file(root, entry)
+        try:
+            self._map = mmap.mmap(fd, entry["size"], access=mmap.ACCESS_READ) if entry["size"] else None
+        finally:
+            os.close(fd)
+        rows = np.frombuffer(self._map, dtype=ROW_DTYPE) if self._map is not None else np.zeros(0, ROW_DTYPE)
+        self.labels: np.ndarray = rows["label"]
+        self.crcs: np.ndarray = rows["crc32"]
+
+    def check_shard(self, tables: ShardTables, start: int, path: str, shard: int) -> None:
+        """CorruptShardError unless a shard's own label and CRC32 tables equal the table's rows
+        from `start` on (the shard's count was checked against the manifest already)."""
+        problem = mismatch(tables, self.labels, self.crcs, start)
+        if problem:
+            raise CorruptShardError(f"{problem} ({self.path}); run shardkit verify", path=path, shard=shard)
+
+
+def mismatch(tables: ShardTables, labels: np.ndarray, crcs: np.ndarray, start: int) -> Optional[str]:
+    """What differs between a shard's own tables and the sample table's rows for it (None: nothing)."""
+    if tables is None:
+        return "stores no label and CRC32 tables to compare with the dataset's sample table"
+    own_labels, own_crcs = tables
+    stop = start + len(own_labels)
+    if not np.array_equal(own_labels, labels[start:stop]):
+        return "its labels differ from the dataset's sample table"
+    if not np.array_equal(own_crcs, crcs[start:stop]):
+        return "its CRC32s differ from the dataset's sample table"
+    return None
+
+
+def read_rows(root: str, entry: Dict[str, Any], start: int, count: int) -> Tuple[np.ndarray, np.ndarray]:
+    """(labels, crcs) of `count` rows from `start`, read with one pread (verify: no map)."""
+    fd = open_table_file(root, entry)
+    try:
+        raw = os.pread(fd, count * ROW_DTYPE.itemsize, start * ROW_DTYPE.itemsize)
+    finally:
+        os.close(fd)
+    rows = np.frombuffer(raw, dtype=ROW_DTYPE, count=len(raw) // ROW_DTYPE.itemsize)
+    return rows["label"], rows["crc32"]
