@@ -79,9 +79,10 @@ def mismatch(tables: ShardTables, labels: np.ndarray, crcs: np.ndarray, start: i
         return "stores no label and CRC32 tables to compare with the dataset's sample table"
     own_labels, own_crcs = tables
     stop = start + len(own_labels)
-    if not np.array_equal(own_labels, labels[start:stop]):
+    # compared as little-endian bytes: several times faster than np.array_equal on a shard's rows
+    if np.asarray(own_labels, "<i8").tobytes() != labels[start:stop].tobytes():
         return "its labels differ from the dataset's sample table"
-    if not np.array_equal(own_crcs, crcs[start:stop]):
+    if np.asarray(own_crcs, "<u4").tobytes() != crcs[start:stop].tobytes():
         return "its CRC32s differ from the dataset's sample table"
     return None
 
