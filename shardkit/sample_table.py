@@ -10,6 +10,7 @@ so a read takes only values equal to what the shard stores.
 """
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import re
@@ -27,6 +28,8 @@ TABLE_NAME = "sample_table.bin"
 #: One row per sample, packed: its label and the CRC32 of its stored payload, little-endian.
 ROW_DTYPE = np.dtype([("label", "<i8"), ("crc32", "<u4")])
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+#: Rows read and hashed at a time by read_labels (3 MiB).
+_BLOCK_ROWS = 1 << 18
 
 
 def check_entry(entry: Any, num_samples: int, where: str) -> Dict[str, Any]:
@@ -96,3 +99,28 @@ def read_rows(root: str, entry: Dict[str, Any], start: int, count: int) -> Tuple
         os.close(fd)
     rows = np.frombuffer(raw, dtype=ROW_DTYPE, count=len(raw) // ROW_DTYPE.itemsize)
     return rows["label"], rows["crc32"]
+
+
+def read_labels(root: str, entry: Dict[str, Any]) -> np.ndarray:
+    """Every label, in index order, from the table, once its sha256 matches the manifest's (the
+    whole file is read and hashed, a block at a time): all labels without opening a shard;
+    CorruptShardError naming the table when it does not match."""
+    path = os.path.join(root, TABLE_NAME)
+    rows = entry["size"] // ROW_DTYPE.itemsize
+    labels = np.empty(rows, dtype=np.int64)
+    digest = hashlib.sha256()
+    fd = open_table_file(root, entry)
+    try:
+        for start in range(0, rows, _BLOCK_ROWS):
+            count = min(_BLOCK_ROWS, rows - start)
+            data = os.pread(fd, count * ROW_DTYPE.itemsize, start * ROW_DTYPE.itemsize)
+            if len(data) != count * ROW_DTYPE.itemsize:
+                raise CorruptShardError("changed while it was read", path=path)
+            digest.update(data)
+            labels[start:start + count] = np.frombuffer(data, dtype=ROW_DTYPE)["label"]
+    finally:
+        os.close(fd)
+    if digest.hexdigest() != entry["sha256"]:
+        raise CorruptShardError("fails its sha256 check (its bytes changed after conversion; run shardkit "
+                                "verify)", path=path)
+    return labels

@@ -16,7 +16,7 @@ from ..formats import (SampleChecks, ShardReader, check_reader, check_version, g
 from ..integrity import hash_shard_file
 from ..manifest import Manifest, load_manifest
 from ..records import Encoded
-from ..sample_table import SampleTable
+from ..sample_table import SampleTable, read_labels
 from .handles import ShardHandles, default_max_open_shards
 from .indices import sample_index, sample_indices
 from .openfiles import OPEN_FILES
@@ -184,9 +184,12 @@ class ShardRecords:
         return out
 
     def targets(self) -> np.ndarray:
-        """All labels in index order (reads each shard's label table, no payloads)."""
+        """All labels in index order: from the sample table once its sha256 matches the manifest
+        (no shard opened), else from each shard's label table (no payloads)."""
         if not self._length:
             return np.zeros(0, dtype=np.int64)
+        if self.manifest.sample_table is not None:
+            return read_labels(self.root, self.manifest.sample_table)
         return np.concatenate([self.reader(shard).labels() for shard in range(len(self._paths))])
 
     def close(self) -> None:

@@ -97,6 +97,21 @@ def test_a_table_that_differs_from_its_shard_is_refused_naming_both(table_datase
     assert shardkit.verify(str(dst), mode="quick", workers=1).ok      # quick checks the size only
 
 
+@pytest.mark.parametrize("block_rows", [7, 1 << 18])
+def test_targets_come_from_the_table_only_while_its_sha256_matches(
+        table_dataset: "tuple[Path, np.ndarray]", monkeypatch: pytest.MonkeyPatch, block_rows: int) -> None:
+    dst, _ = table_dataset
+    monkeypatch.setattr("shardkit.sample_table._BLOCK_ROWS", block_rows)    # several blocks, or one
+    with shardkit.open_dataset(dst, decode=None) as ds:
+        assert ds.targets().tolist() == [i % 4 for i in range(ROWS)]
+        assert len(ds._handles) == 0                # no shard was opened for them
+        data = bytearray((dst / TABLE_NAME).read_bytes())
+        data[ROW_DTYPE.itemsize * 3] ^= 0x02
+        (dst / TABLE_NAME).write_bytes(bytes(data))
+        with pytest.raises(CorruptShardError, match=r"sample_table\.bin.*sha256"):
+            ds.targets()
+
+
 def test_a_consistent_looking_but_wrong_table_is_caught_by_verify(table_dataset: "tuple[Path, np.ndarray]") -> None:
     """A table rewritten with its manifest hash recomputed still differs from the shards: full verify
     compares them, not only the hashes."""
