@@ -58,6 +58,19 @@ def default_max_open_shards() -> int:
     return max(16, budget)
 
 
+_process_budget: Dict[int, int] = {}
+
+
+def process_budget() -> int:
+    """default_max_open_shards() of this process, computed once: the most shard files all of its
+    datasets together keep open."""
+    pid = os.getpid()
+    budget = _process_budget.get(pid)
+    if budget is None:
+        budget = _process_budget[pid] = default_max_open_shards()
+    return budget
+
+
 class ShardHandles:
     """One dataset's ready readers in this process, least recently used first, at most `capacity`.
 
@@ -84,6 +97,7 @@ class ShardHandles:
         if reader is not None:
             self.ready.move_to_end(shard)
             return reader
+        self._make_room()
         fd = open_fd()
         try:
             info = os.fstat(fd)
@@ -101,6 +115,16 @@ class ShardHandles:
             self.slots[oldest] = None
             OPEN_FILES.release(self._keys.pop(oldest), evicted)
         return reader
+
+    def _make_room(self) -> None:
+        """Release this dataset's least recently used readers while the process already holds as
+        many shard files as its limits allow: each dataset's budget is its own, but several
+        datasets (and what a forked worker inherited) share the process's descriptors and maps."""
+        limit = process_budget()
+        while self.ready and OPEN_FILES.held() >= limit:
+            oldest, evicted = self.ready.popitem(last=False)
+            self.slots[oldest] = None
+            OPEN_FILES.release(self._keys.pop(oldest), evicted)
 
     def discard(self, shard: int) -> None:
         """Release one shard's reader (one that failed a check must not stay ready)."""

@@ -52,3 +52,37 @@ def test_random_reads_over_many_shards_stay_within_the_descriptor_limit(
     assert got["budget"] == got["default"] < LIMIT
     assert got["seen"] == expected            # every sample exactly once, through 2 workers
     assert got["single"] == expected          # and one by one in the main process
+
+
+TWO_DATASETS = r"""
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))
+import numpy as np
+import shardkit
+
+first, second = (shardkit.open_dataset(path, decode=None) for path in sys.argv[1:3])
+order = np.random.default_rng(0).permutation(2 * len(first)).tolist()
+got = [(ds[i % len(ds)][1]) for i in order for ds in [first if i < len(first) else second]]
+print(json.dumps({{"budgets": [first.max_open_shards, second.max_open_shards], "labels": got,
+                  "order": order}}))
+"""
+
+
+def test_two_datasets_in_one_process_share_its_descriptor_limit(tmp_path: Path, fmt: str) -> None:
+    """Each dataset's own budget fits the limit, the two together would not: the process's open
+    shard files stay within it, whoever holds them."""
+    limit, shards = 600, 400      # each budget is 600 - 256 = 344, both together 688 (> 600)
+    csv = tmp_path / "rows.csv"
+    csv.write_text("a,label\n" + "".join(f"{i},c{i % 5}\n" for i in range(shards)))
+    paths = []
+    for name in ("first", "second"):
+        paths.append(str(tmp_path / name))
+        shardkit.convert(str(csv), paths[-1], format=fmt, label_column="label", samples_per_shard=1, quiet=True)
+    out = subprocess.run([sys.executable, "-c", TWO_DATASETS.format(limit=limit), *paths], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout)
+    assert got["budgets"] == [limit - 256] * 2
+    classes = sorted(f"c{i}" for i in range(5))
+    expected = [classes.index(f"c{(i % shards) % 5}") for i in got["order"]]
+    assert got["labels"] == expected
