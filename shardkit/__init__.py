@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import (  # noqa: F401 - re-exported
     ConversionError, CorruptSampleError, CorruptShardError, DestinationExistsError, EmptySourceError,
-    ForeignShardError, LockedError, ManifestError, NotADatasetError, SampleError, ShardkitError, SourceError,
-    UnguardedMainError, UsageError)
+    ForeignShardError, LockedError, ManifestError, NotADatasetError, OutOfFilesError, SampleError, ShardkitError,
+    SourceError, UnguardedMainError, UsageError)
 
 __version__ = "0.1.0"  # the one version source: pyproject.toml reads it
 
@@ -59,7 +59,7 @@ def __dir__() -> list:
 __all__ = sorted([
     "ConversionError", "ConvertReport", "CorruptSampleError", "CorruptShardError", "DestinationExistsError",
     "EmptySourceError", "ForeignShardError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError",
-    "NotADatasetError",
+    "NotADatasetError", "OutOfFilesError",
     "PTDataset", "RawBatch", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError",
     "SourceError", "UnguardedMainError", "UsageError", "VerifyReport", "__version__", "collate_raw", "convert",
     "merge", "open_dataset", "random_split", "train_val_split", "verify", "worker_init_fn",

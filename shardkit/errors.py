@@ -216,6 +216,16 @@ class CorruptShardError(ShardkitError, OSError):
         return super().location() + ([f"shard {self.shard}"] if self.shard is not None else [])
 
 
+class OutOfFilesError(ShardkitError, OSError):
+    """A shard could not be opened because the process has no file descriptor or memory map left
+    (RLIMIT_NOFILE, vm.max_map_count): a resource limit, not damage."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__("cannot be opened: this process has no file descriptor or memory map left (too many "
+                         "open files or maps); pass a smaller max_open_shards, close other datasets, or raise "
+                         "`ulimit -n` / vm.max_map_count", path=path)
+
+
 class ForeignShardError(CorruptShardError):
     """A shard file carries another dataset's identity (actual) than its manifest (expected): the
     dataset was replaced (converted again into the same folder) after its manifest was read."""

@@ -11,7 +11,10 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, Tuple, Union
 
-from .errors import CorruptShardError
+from .errors import CorruptShardError, OutOfFilesError
+
+#: errno values of a process out of descriptors or maps (mmap gives ENOMEM past vm.max_map_count).
+OUT_OF_FILES = (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
 
 HASH_ALGORITHM = "sha256"
 _BLOCK = 4 * 1024 * 1024
@@ -174,7 +177,9 @@ def open_shard_file(path: str, root: str, size: int, name: str) -> int:
     except NotAShardFile as exc:
         raise CorruptShardError(f"{exc.problem}; {name} is read only as a regular file inside the "
                                 "dataset", path=path) from None
-    except OSError:
+    except OSError as exc:
+        if exc.errno in OUT_OF_FILES:
+            raise OutOfFilesError(path) from None
         raise CorruptShardError(f"{name} is missing", path=path) from None
 
 

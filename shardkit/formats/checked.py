@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 from typing import List, Optional, Sequence
 
-from ..errors import CorruptSampleError, CorruptShardError, ManifestError, ShardkitError, UsageError
-from ..integrity import open_shard_file
+from ..errors import (CorruptSampleError, CorruptShardError, ManifestError, OutOfFilesError, ShardkitError,
+                      UsageError)
+from ..integrity import OUT_OF_FILES, open_shard_file
 from ..manifest import MANIFEST_NAME, Manifest
 from ..records import Encoded
 from ..sample_table import SampleTable
@@ -91,6 +92,8 @@ def open_unchecked(fmt: ShardFormat, path: str, schema: SampleSchema, options: O
     except ShardkitError:
         raise
     except READ_FAILURES as exc:
+        if isinstance(exc, OSError) and exc.errno in OUT_OF_FILES:
+            raise OutOfFilesError(path) from None
         raise CorruptShardError(f"{name} cannot be opened ({type(exc).__name__}: {exc})",
                                 path=path) from None
 

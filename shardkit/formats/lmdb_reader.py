@@ -12,9 +12,9 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import lmdb
 import numpy as np
 
-from ..errors import CorruptSampleError, CorruptShardError, UsageError
+from ..errors import CorruptSampleError, CorruptShardError, OutOfFilesError, UsageError
 from ..read.openfiles import OPEN_FILES
-from ..integrity import fd_path
+from ..integrity import OUT_OF_FILES, fd_path
 from ..records import Encoded
 from ..schema import SampleSchema
 from .base import ShardReader
@@ -70,6 +70,8 @@ def _acquire(path: str, readahead: bool, fd: Optional[int],
             env = lmdb.open(fd_path(fd, path), subdir=False, readonly=True, lock=False, meminit=False, create=False,
                             readahead=readahead, max_readers=MAX_READERS, max_dbs=0)
         except lmdb.Error as exc:
+            if any(os.strerror(code) in str(exc) for code in OUT_OF_FILES):    # py-lmdb keeps only the text
+                raise OutOfFilesError(path) from None
             raise CorruptShardError(f"not a readable LMDB shard ({short_message(exc, path)})", path=path) from None
         return _SharedEnv(env, readahead)
 

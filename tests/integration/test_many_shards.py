@@ -86,3 +86,32 @@ def test_two_datasets_in_one_process_share_its_descriptor_limit(tmp_path: Path, 
     classes = sorted(f"c{i}" for i in range(5))
     expected = [classes.index(f"c{(i % shards) % 5}") for i in got["order"]]
     assert got["labels"] == expected
+
+
+EXHAUSTED = r"""
+import os, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+import shardkit
+ds = shardkit.open_dataset(sys.argv[1], decode=None)
+spent = []
+while True:                      # the process spends its descriptors elsewhere
+    try:
+        spent.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        break
+try:
+    ds[0]
+except shardkit.CorruptShardError as exc:
+    print("corrupt", exc)
+except shardkit.OutOfFilesError as exc:
+    print("out", exc)
+"""
+
+
+def test_a_process_out_of_descriptors_is_told_so_not_that_a_shard_is_damaged(
+        rows_csv: Path, tmp_path: Path, fmt: str) -> None:
+    dst = tmp_path / "few"
+    shardkit.convert(str(rows_csv), str(dst), format=fmt, label_column="label", samples_per_shard=100, quiet=True)
+    out = subprocess.run([sys.executable, "-c", EXHAUSTED, str(dst)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("out ") and "shard-00000" in out.stdout and "ulimit -n" in out.stdout, out.stdout
