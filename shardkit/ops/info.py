@@ -24,6 +24,7 @@ def info(dst: str) -> Dict[str, Any]:
         "source": manifest.source,
         "part": manifest.part,
         "order": manifest.order or {"kind": "source"},
+        "sample_table": manifest.sample_table,
     }
     data["samples_per_class"] = samples_per_class(data)
     return data
@@ -62,6 +63,8 @@ def render_info(data: Dict[str, Any]) -> str:
         f"created      {data['created']}",
         f"order        {data['order']['kind']}"
         + (f" (seed {data['order']['seed']})" if "seed" in data["order"] else ""),
+        "sample table " + (f"{data['sample_table']['path']}, {format_size(data['sample_table']['size'])}"
+                           if data.get("sample_table") else "none (labels and CRC32s are read from each shard)"),
     ]
     summary = data["source"].get("summary", {})
     if summary:

@@ -28,6 +28,10 @@ def test_convert_verify_info(image_tree: Path, tmp_path: Path, fmt: str) -> None
     assert result.exit_code == 0 and "120 in 3 shards" in result.output
     info = json.loads(run("info", dst, "--json").output)
     assert info["format"] == fmt and info["classes"] == ["circle", "square", "stripes", "triangle"]
+    if fmt == "lmdb":       # image records keep their CRC32s: no sample table
+        assert info["sample_table"] is None and "sample table none" in result.output
+    else:
+        assert info["sample_table"]["size"] == 120 * 12 and "sample table sample_table.bin" in result.output
 
 
 @pytest.mark.parametrize("args, message", [
