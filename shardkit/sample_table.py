@@ -71,12 +71,12 @@ class SampleTable:
     def check_shard(self, tables: ShardTables, start: int, path: str, shard: int) -> None:
         """CorruptShardError unless a shard's own label and CRC32 tables equal the table's rows
         from `start` on (the shard's count was checked against the manifest already)."""
-        problem = mismatch(tables, self.labels, self.crcs, start)
+        problem = shard_mismatch(tables, self.labels, self.crcs, start)
         if problem:
             raise CorruptShardError(f"{problem} ({self.path}); run shardkit verify", path=path, shard=shard)
 
 
-def mismatch(tables: ShardTables, labels: np.ndarray, crcs: np.ndarray, start: int) -> Optional[str]:
+def shard_mismatch(tables: ShardTables, labels: np.ndarray, crcs: np.ndarray, start: int) -> Optional[str]:
     """What differs between a shard's own tables and the sample table's rows for it (None: nothing)."""
     if tables is None:
         return "stores no label and CRC32 tables to compare with the dataset's sample table"

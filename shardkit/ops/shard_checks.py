@@ -14,7 +14,7 @@ from ..errors import CorruptSampleError, CorruptShardError, SampleError
 from ..formats import READ_FAILURES, ShardReader, get_format, recorded_options
 from ..integrity import NotAShardFile, WrongSize, hash_open_file, open_regular
 from ..manifest import Manifest
-from ..sample_table import TABLE_NAME, mismatch, read_rows
+from ..sample_table import TABLE_NAME, read_rows, shard_mismatch
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ class ShardCheck:
             labels, crcs = read_rows(self.dst, table, self.entry.first_index, self.entry.num_samples)
         except CorruptShardError:
             return      # the table file itself is reported once, by verify
-        problem = mismatch(reader.tables(), labels, crcs, 0)
+        problem = shard_mismatch(reader.tables(), labels, crcs, 0)
         if problem:
             self.problem("table", f"{problem} ({TABLE_NAME})")
 
