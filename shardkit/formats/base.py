@@ -124,11 +124,7 @@ class TableShardReader(ShardReader):
         return self._count
 
     def read(self, index: int) -> Encoded:
-        if not 0 <= index < self._count:
-            raise IndexError(f"sample {index} out of range for shard of {self._count}")
-        rows = self._rows
-        payload = rows[index] if rows is not None else self._payload(index)
-        return Encoded(payload, self._labels.item(index), self._crcs.item(index))
+        return Encoded(self.payload(index), self._labels.item(index), self._crcs.item(index))
 
     def payload(self, index: int) -> Payload:
         if not 0 <= index < self._count:

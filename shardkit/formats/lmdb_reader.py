@@ -241,10 +241,9 @@ class LMDBReader(ShardReader):
         return Encoded(payload, int(label), int(crc))
 
     def _read_row(self, index: int) -> Encoded:
-        """A fixed-shape row from its block (label and CRC from the tables)."""
-        payload = self._row(index)
+        """A fixed-shape row (in range) from its block, label and CRC from the tables."""
         assert self._crcs is not None
-        return Encoded(payload, self._labels.item(index), self._crcs.item(index))
+        return Encoded(self._row(index), self._labels.item(index), self._crcs.item(index))
 
     def _row(self, index: int) -> np.ndarray:
         """The payload of a fixed-shape row (in range), copied out of its block."""

@@ -111,9 +111,7 @@ class ShardHandles:
         self._keys[shard] = key
         self.slots[shard] = reader
         while len(self.ready) > self.capacity:
-            oldest, evicted = self.ready.popitem(last=False)
-            self.slots[oldest] = None
-            OPEN_FILES.release(self._keys.pop(oldest), evicted)
+            self._release_oldest()
         return reader
 
     def _make_room(self) -> None:
@@ -122,9 +120,13 @@ class ShardHandles:
         datasets (and what a forked worker inherited) share the process's descriptors and maps."""
         limit = process_budget()
         while self.ready and OPEN_FILES.held() >= limit:
-            oldest, evicted = self.ready.popitem(last=False)
-            self.slots[oldest] = None
-            OPEN_FILES.release(self._keys.pop(oldest), evicted)
+            self._release_oldest()
+
+    def _release_oldest(self) -> None:
+        """Release this dataset's least recently used reader."""
+        oldest, evicted = self.ready.popitem(last=False)
+        self.slots[oldest] = None
+        OPEN_FILES.release(self._keys.pop(oldest), evicted)
 
     def discard(self, shard: int) -> None:
         """Release one shard's reader (one that failed a check must not stay ready)."""

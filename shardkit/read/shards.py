@@ -17,7 +17,7 @@ from ..integrity import hash_shard_file
 from ..manifest import Manifest, load_manifest
 from ..records import Encoded
 from ..sample_table import SampleTable, read_labels
-from .handles import ShardHandles, default_max_open_shards
+from .handles import ShardHandles, process_budget
 from .indices import sample_index, sample_indices
 from .openfiles import OPEN_FILES
 
@@ -52,7 +52,7 @@ class ShardRecords:
         #: The reader options: the manifest's, with the caller's on top (typed, hashable).
         self._options = dataclasses.replace(recorded_options(fmt, self.manifest, self.root), **format_options)
         if max_open_shards is None:
-            max_open_shards = default_max_open_shards()
+            max_open_shards = process_budget()
         if max_open_shards < 1:
             raise UsageError("max_open_shards must be at least 1")
         if verify_checksums not in (False, True, "full"):
