@@ -106,10 +106,10 @@ def read_labels(root: str, entry: Dict[str, Any]) -> np.ndarray:
     whole file is read and hashed, a block at a time): all labels without opening a shard;
     CorruptShardError naming the table when it does not match."""
     path = os.path.join(root, TABLE_NAME)
+    fd = open_table_file(root, entry)      # first: the file really has the size the manifest claims
     rows = entry["size"] // ROW_DTYPE.itemsize
     labels = np.empty(rows, dtype=np.int64)
     digest = hashlib.sha256()
-    fd = open_table_file(root, entry)
     try:
         for start in range(0, rows, _BLOCK_ROWS):
             count = min(_BLOCK_ROWS, rows - start)

@@ -112,6 +112,22 @@ def test_targets_come_from_the_table_only_while_its_sha256_matches(
             ds.targets()
 
 
+def test_a_manifest_claiming_a_huge_table_allocates_nothing_for_it(table_dataset: "tuple[Path, np.ndarray]") -> None:
+    """A resealed manifest may claim 10**12 samples and a table to match: the file's real size is
+    checked before anything is sized from the claim."""
+    from tests.faults.crafting import forge_manifest
+    dst, _ = table_dataset
+    extra = 10 ** 12
+
+    def claim(data: dict) -> None:
+        data["shards"][-1]["num_samples"] += extra
+        data["num_samples"] += extra
+        data["sample_table"]["size"] += extra * ROW_DTYPE.itemsize
+    forge_manifest(dst, claim)
+    with shardkit.open_dataset(dst, decode=None) as ds, pytest.raises(CorruptShardError, match="truncated"):
+        ds.targets()
+
+
 def test_a_consistent_looking_but_wrong_table_is_caught_by_verify(table_dataset: "tuple[Path, np.ndarray]") -> None:
     """A table rewritten with its manifest hash recomputed still differs from the shards: full verify
     compares them, not only the hashes."""
