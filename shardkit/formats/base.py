@@ -67,6 +67,9 @@ class ShardReader(abc.ABC):
 
     #: Identity of the dataset the shard was written for (None: a format version without one).
     dataset_id: Optional[str] = None
+    #: Whether the reader keeps a descriptor or a map of its own, which the process's open-shard
+    #: budget counts (False: an object it shares, registered apart, holds the file).
+    holds_files: bool = True
 
     @abc.abstractmethod
     def __len__(self) -> int:

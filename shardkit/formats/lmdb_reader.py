@@ -88,6 +88,9 @@ class LMDBReader(ShardReader):
     """Random access by key through the mmap'd environment; payloads are copied out of the map
     (an evicted handle unmaps it), array payloads come back as read-only arrays."""
 
+    #: The shared environment holds the descriptor and the map, and counts for them.
+    holds_files = False
+
     def __init__(self, path: str, schema: SampleSchema, readahead: bool = True, fd: Optional[int] = None) -> None:
         self._path = path
         self._schema = schema

@@ -23,6 +23,12 @@ def file_identity(path: str) -> FileIdentity:
     return stat.st_dev, stat.st_ino
 
 
+def holds_files(obj: Any) -> bool:
+    """Whether a registered object keeps a descriptor or a map of its own (its `holds_files`
+    attribute, True when it has none)."""
+    return bool(getattr(obj, "holds_files", True))
+
+
 class OpenFiles:
     """Open objects of this process keyed by file identity and kind, each with its users."""
 
@@ -31,6 +37,9 @@ class OpenFiles:
         self._lock = threading.RLock()
         self._entries: Dict[Hashable, List[Any]] = {}     # key -> [object, users]
         self._inherited: List[Any] = []
+        #: How many of _entries keep a descriptor or a map of their own (see holds_files).
+        self._holding = 0
+        self._inherited_holding = 0      # the same count among _inherited
         #: Changes whenever an object handed out may have been closed or belong to another process
         #: (close_all, fork), so a holder drops what it got before and asks again.
         self.generation = 0
@@ -42,6 +51,7 @@ class OpenFiles:
             entry = self._entries.get(key)
             if entry is None:
                 entry = self._entries[key] = [opener(), 0]
+                self._holding += holds_files(entry[0])
             entry[1] += 1
             return entry[0]
 
@@ -63,6 +73,7 @@ class OpenFiles:
             entry[1] -= 1
             if entry[1] <= 0:
                 del self._entries[key]
+                self._holding -= holds_files(obj)
                 obj.close()
 
     def close_all(self) -> None:
@@ -70,6 +81,7 @@ class OpenFiles:
         with self._lock:
             self._forget_inherited()
             entries, self._entries = self._entries, {}
+            self._holding = 0
             self.generation += 1
             for obj, _ in entries.values():
                 obj.close()
@@ -83,7 +95,9 @@ class OpenFiles:
                 close_inherited()
             else:
                 self._inherited.append(obj)
+                self._inherited_holding += holds_files(obj)
         self._entries = {}
+        self._holding = 0
         self._pid = os.getpid()
         self.generation += 1
 
@@ -93,9 +107,10 @@ class OpenFiles:
         self.generation += 1
 
     def held(self) -> int:
-        """How many open objects this process holds (each holds at most a descriptor and a map),
-        those inherited from a parent included: cheap enough to ask before every open."""
-        return len(self._entries) + len(self._inherited)
+        """How many open objects of this process keep a descriptor or a map (each at most one of
+        each), those inherited from a parent included: cheap enough to ask before every open. An
+        LMDB reader is not one of them: its environment, registered apart, holds its file."""
+        return self._holding + self._inherited_holding
 
     def __len__(self) -> int:
         """How many distinct files this process holds open."""

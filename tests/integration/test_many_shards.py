@@ -88,6 +88,36 @@ def test_two_datasets_in_one_process_share_its_descriptor_limit(tmp_path: Path, 
     assert got["labels"] == expected
 
 
+ALL_READY = r"""
+import json, os, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))
+import shardkit
+from shardkit.read.openfiles import OPEN_FILES
+
+ds = shardkit.open_dataset(sys.argv[1], decode=None)
+for _ in range(2):
+    for i in range(len(ds)):
+        ds[i]
+print(json.dumps({{"budget": ds.max_open_shards, "open": len(OPEN_FILES),
+                  "descriptors": len(os.listdir("/proc/self/fd"))}}))
+"""
+
+
+def test_a_dataset_within_its_budget_keeps_every_shard_open(rows_csv: Path, tmp_path: Path, fmt: str) -> None:
+    """The budget counts files, not objects: 300 shards under a budget of 344 all stay open (an
+    LMDB shard is two registered objects, its reader and its environment, but one file)."""
+    limit = 600
+    dst = tmp_path / "within"
+    shardkit.convert(str(rows_csv), str(dst), format=fmt, label_column="label", samples_per_shard=2, quiet=True)
+    out = subprocess.run([sys.executable, "-c", ALL_READY.format(limit=limit), str(dst)], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout)
+    assert got["budget"] == limit - 256 > SHARDS
+    assert got["open"] == SHARDS
+    assert got["descriptors"] <= SHARDS + 64      # one per shard at most, and a few of the interpreter's
+
+
 EXHAUSTED = r"""
 import os, resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
