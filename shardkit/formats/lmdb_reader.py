@@ -4,6 +4,7 @@ the checks that turn a damaged file into CorruptShardError or CorruptSampleError
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import threading
@@ -36,6 +37,8 @@ class _SharedEnv:
         self.txn = env.begin(buffers=True)
         self.readahead = readahead
         self.lock = threading.Lock()
+        #: False once closed: the map, and every block address a reader took from it, is gone.
+        self.mapped = True
 
     def close(self) -> None:
         """Close the environment (and its transaction)."""
@@ -45,6 +48,7 @@ class _SharedEnv:
     def close_inherited(self) -> None:
         """Close an environment inherited over fork: unmaps the child's copy only, and skips the
         lock, which a thread of the parent may have held at the fork."""
+        self.mapped = False
         try:
             self.env.close()
         except lmdb.Error:
@@ -102,6 +106,11 @@ class LMDBReader(ShardReader):
         self.readahead = shared.readahead
         self._per_block = 0
         self._row_dtype = array_dtype(schema) if schema.is_array else None
+        self._width = schema.sample_nbytes
+        self._flat_rows = schema.is_array and len(schema.shape) == 1
+        #: Where each block of rows lies in the map (0: not looked up yet), so that a read after the
+        #: first of its block is a copy out of the map with no B-tree lookup: 8 bytes a block.
+        self._block_addresses = np.zeros(0, dtype=np.int64)
         self._crcs: Optional[np.ndarray] = None
         self._keys: Optional[KeyTable] = None
         try:
@@ -132,6 +141,8 @@ class LMDBReader(ShardReader):
                 self.dataset_id = meta["dataset_id"]
                 values = -(-count // self._per_block) if self._per_block else count
                 reserved = 5 if self._per_block else 4
+                if self._per_block:
+                    self._block_addresses = np.zeros(values, dtype=np.int64)
                 self._keys = KeyTable(self._path, count, self._table(KEY_BLOCKS_KEY, "<i8"), self._value(KEYS_KEY))
             if int(stat["entries"]) != values + reserved:
                 raise self._corrupt(f"{stat['entries']} entries for {count} samples")
@@ -249,22 +260,32 @@ class LMDBReader(ShardReader):
         return Encoded(self._row(index), self._labels.item(index), self._crcs.item(index))
 
     def _row(self, index: int) -> np.ndarray:
-        """The payload of a fixed-shape row (in range), copied out of its block."""
+        """The payload of a fixed-shape row (in range), copied out of its block while the map is
+        held: the block's address was taken from LMDB, its length checked, at its first read."""
         block, position = divmod(index, self._per_block)
-        width = self._schema.sample_nbytes
-        rows = min(self._per_block, self._count - block * self._per_block)
+        width = self._width
         shared = self._env()
-        with shared.lock:       # as in read()
-            try:
-                value = shared.txn.get(sample_key(block))
-            except lmdb.Error as exc:
-                raise CorruptSampleError(self._path, index, short_message(exc, self._path)) from None
-            if value is None or len(value) != rows * width:
-                raise CorruptSampleError(self._path, index, f"block {block} is missing" if value is None else
-                                         f"block {block} holds {len(value)} bytes, not {rows * width}")
-            stored = value[position * width:(position + 1) * width].tobytes()
-        # The block's length was checked above, so every row in it has the schema's width.
-        return np.frombuffer(stored, dtype=self._row_dtype).reshape(self._schema.shape)
+        with shared.lock:       # as in read(); and no close unmaps the block during the copy
+            if not shared.mapped:
+                raise CorruptShardError("reader is closed", path=self._path)
+            address = self._block_addresses.item(block) or self._block_address(shared, block, index)
+            stored = ctypes.string_at(address + position * width, width)
+        rows = np.frombuffer(stored, dtype=self._row_dtype)
+        return rows if self._flat_rows else rows.reshape(self._schema.shape)
+
+    def _block_address(self, shared: _SharedEnv, block: int, index: int) -> int:
+        """Where block lies in the map, after checking that it holds its rows' bytes (held lock)."""
+        rows = min(self._per_block, self._count - block * self._per_block)
+        try:
+            value = shared.txn.get(sample_key(block))
+        except lmdb.Error as exc:
+            raise CorruptSampleError(self._path, index, short_message(exc, self._path)) from None
+        if value is None or len(value) != rows * self._width:
+            raise CorruptSampleError(self._path, index, f"block {block} is missing" if value is None else
+                                     f"block {block} holds {len(value)} bytes, not {rows * self._width}")
+        address = int(np.frombuffer(value, dtype=np.uint8).ctypes.data)
+        self._block_addresses[block] = address
+        return address
 
     def payload(self, index: int) -> Any:
         if not self._per_block:

@@ -182,6 +182,37 @@ def test_fork_while_locks_are_held_does_not_hang_the_child(tmp_path: Path) -> No
     parent.close()
 
 
+def _read_inherited_rows(reader: object, queue: "multiprocessing.Queue") -> None:
+    OPEN_FILES.peek(("any",))          # the child's registry closes what it inherited: the map is gone
+    try:
+        reader.read(1)                 # type: ignore[attr-defined]
+        queue.put("read")
+    except CorruptShardError as exc:
+        queue.put(str(exc))
+
+
+def test_rows_of_a_map_closed_under_a_reader_are_refused_not_read(tmp_path: Path) -> None:
+    """A reader inherited over fork whose environment the child closed: its rows' block addresses
+    point into a map that is gone, so a read is a clear error, never a read of unmapped memory."""
+    schema = SampleSchema(kind="tabular", layout="array", dtype="float32", shape=(3,))
+    rows = np.arange(3 * 9000, dtype="<f4").reshape(9000, 3)
+    path = tmp_path / "rows.lmdb"
+    write_shard(FMT.name, path, schema, [Encoded.make(row, 0) for row in rows])
+    reader = FMT.open_reader(str(path), schema)
+    assert reader.read(1).payload.tolist() == rows[1].tolist()       # its block's address is known now
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_read_inherited_rows, args=(reader, queue))
+    child.start()
+    got = queue.get(timeout=60)
+    child.join(60)
+    assert child.exitcode == 0 and "reader is closed" in got, got
+    assert reader.read(8999).payload.tolist() == rows[8999].tolist()   # the parent's map is untouched
+    reader.close()
+    with pytest.raises(CorruptShardError, match="closed"):
+        reader.read(1)
+
+
 def test_readahead_default_option_and_override(image_tree: Path, tmp_path: Path) -> None:
     assert FMT.default_options(SCHEMA, 1 << 20) == {"readahead": True}
     assert FMT.default_options(SCHEMA, 1 << 60) == {"readahead": False}
