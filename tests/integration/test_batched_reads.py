@@ -10,6 +10,7 @@ import torch.utils.data
 
 import shardkit
 from shardkit.formats import SampleChecks, get_format
+from shardkit.read.shards import MIN_GROUP
 
 
 def _raw(sample: Any) -> Any:
@@ -29,26 +30,46 @@ def test_batch_matches_single_reads_in_order(dataset_dir: Path, image_tree: Path
         assert [_raw(s) for s in ds.__getitems__(np.array([3, 2], dtype=np.int32))] == [_raw(ds[3]), _raw(ds[2])]
 
 
-def test_one_backend_pass_per_shard(dataset_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _recorded_batch(ds: Any, order: List[int], monkeypatch: pytest.MonkeyPatch) -> "tuple[list, list]":
+    """(ds.__getitems__(order), the (shard, locals) of each backend call it made)."""
+    calls: List[tuple] = []
+    one, many = SampleChecks.read, SampleChecks.read_many
+
+    def read(self: Any, reader: Any, shard: int, local: int, index: Any = None, table: Any = None) -> Any:
+        calls.append((shard, [local]))
+        return one(self, reader, shard, local, index, table)
+
+    def read_many(self: Any, reader: Any, shard: int, locals_: Any, indices: Any) -> Any:
+        calls.append((shard, list(locals_)))
+        return many(self, reader, shard, locals_, indices)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(SampleChecks, "read", read)
+        patch.setattr(SampleChecks, "read_many", read_many)
+        batch = ds.__getitems__(order)
+    return batch, calls
+
+
+def test_one_backend_pass_per_shard_for_large_groups(dataset_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MIN_GROUP (16) samples of a shard or more in a batch: one pass per shard."""
     with shardkit.open_dataset(dataset_dir, decode=None) as ds:
-        calls: List[tuple] = []
-        one, many = SampleChecks.read, SampleChecks.read_many
+        starts = ds.shard_starts
+        second, first = (list(range(int(starts[k]), int(starts[k + 1]))) for k in (2, 0))
+        assert len(second) == len(first) == MIN_GROUP
+        order = [index for pair in zip(second[::-1], first) for index in pair]
+        batch, calls = _recorded_batch(ds, order, monkeypatch)
+        assert sorted(calls) == [(0, list(range(16))), (2, list(range(15, -1, -1)))]
+        assert [_raw(sample) for sample in batch] == [_raw(ds[index]) for index in order]
 
-        def read(self: Any, reader: Any, shard: int, local: int, index: Any = None, table: Any = None) -> Any:
-            calls.append((shard, [local]))
-            return one(self, reader, shard, local, index, table)
 
-        def read_many(self: Any, reader: Any, shard: int, locals_: Any, indices: Any) -> Any:
-            calls.append((shard, list(locals_)))
-            return many(self, reader, shard, locals_, indices)
-
-        monkeypatch.setattr(SampleChecks, "read", read)
-        monkeypatch.setattr(SampleChecks, "read_many", read_many)
+def test_small_groups_are_read_sample_by_sample(dataset_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch meeting each shard a few times (uniform order over many shards) is read sample by
+    sample, in order: grouping it would cost more than the one-pass reads save."""
+    with shardkit.open_dataset(dataset_dir, decode=None) as ds:
         starts = ds.shard_starts
         order = [int(starts[2]) + 1, int(starts[0]), int(starts[2]), int(starts[5]) + 3, int(starts[0]) + 4]
-        batch = ds.__getitems__(order)
-        assert sorted(calls) == sorted([(2, [1, 0]), (0, [0, 4]), (5, [3])])
-        monkeypatch.undo()
+        batch, calls = _recorded_batch(ds, order, monkeypatch)
+        assert calls == [(2, [1]), (0, [0]), (2, [0]), (5, [3]), (0, [4])]
         assert [_raw(sample) for sample in batch] == [_raw(ds[index]) for index in order]
 
 
