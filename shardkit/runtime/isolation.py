@@ -1,17 +1,23 @@
-"""Calls that a crafted file can crash (a C library dying of SIGBUS or SIGSEGV) run in spawned
-child processes, so the caller survives, sees the signal and reports the file.
+"""Calls that a crafted file can crash (a C library dying of SIGBUS or SIGSEGV) run in child
+processes, so the caller survives, sees the signal and reports the file.
 
-Each child is long-lived (one spawn per worker, not per call) and replaced after one dies; a
+Each child is long-lived (one start per worker, not per call) and replaced after one dies; a
 context shared by every call (a dataset's manifest) is sent to each child once, not per call.
-What comes back from a child, which has just read untrusted bytes, is JSON, never a pickle.
+A child is a fresh interpreter given the caller's sys.path; unlike a multiprocessing spawn it
+does not import the caller's main script (a training script importing torch would cost each
+child more than a second, and an unguarded one would run again). What comes back from a child,
+which has just read untrusted bytes, is JSON, never a pickle.
 """
 from __future__ import annotations
 
 import json
-import multiprocessing
 import queue
 import signal
+import socket
+import subprocess
+import sys
 import threading
+from multiprocessing.connection import Connection
 from typing import Any, Callable, List, Optional, Sequence
 
 #: Seconds a child gets to exit after its pipe closes before it is killed.
@@ -55,46 +61,68 @@ def _serve(conn: Any, context: Any) -> None:
         conn.send_bytes(json.dumps(outcome).encode())
 
 
+def child_main(fd: int) -> None:
+    """A child's whole life: the context, then _serve, over the socket at fd."""
+    conn = Connection(fd)
+    try:
+        context = conn.recv()
+    except EOFError:
+        return
+    _serve(conn, context)
+
+
+#: What a child runs: the caller's sys.path (argv[1], JSON), then child_main on fd argv[2].
+_CHILD = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+          "from shardkit.runtime.isolation import child_main; child_main(int(sys.argv[2]))")
+
+
 class IsolatedCalls:
-    """function(context, item) in one spawned child; after the child dies, the next call starts
+    """function(context, item) in one child process; after the child dies, the next call starts
     a new one."""
 
     def __init__(self, context: Any = None) -> None:
         self._context = context
-        self._process: Any = None
+        self._process: Optional[subprocess.Popen] = None
         self._conn: Any = None
+
+    def _start(self) -> None:
+        """A fresh interpreter (never a fork: see workers.run_in_workers) with one end of a socket
+        pair, sent the context first."""
+        ours, theirs = socket.socketpair()
+        with theirs:
+            fd = theirs.fileno()
+            self._process = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(sys.path), str(fd)],
+                                             pass_fds=(fd,), stdin=subprocess.DEVNULL)
+        self._conn = Connection(ours.detach())
+        self._conn.send(self._context)
 
     def call(self, function: Callable[[Any, Any], Any], item: Any) -> Any:
         """function(context, item)'s JSON-able result; ChildFailed for its exception, ChildKilled
         when the child died running it."""
-        if self._process is None:
-            spawn = multiprocessing.get_context("spawn")   # never forked: see workers.run_in_workers
-            self._conn, child_end = spawn.Pipe()
-            self._process = spawn.Process(target=_serve, args=(child_end, self._context), daemon=True)
-            self._process.start()
-            child_end.close()
         try:
+            if self._process is None:
+                self._start()
             self._conn.send((function, item))
             ok, value = json.loads(self._conn.recv_bytes())
         except (EOFError, OSError):
             process, self._process = self._process, None
             self._conn.close()
-            process.join()
-            raise ChildKilled(process.exitcode) from None
+            raise ChildKilled(None if process is None else process.wait()) from None
         if not ok:
             raise ChildFailed(value)
         return value
 
     def close(self) -> None:
-        """End the child (its loop ends when the pipe closes)."""
+        """End the child (its loop ends when the socket closes)."""
         if self._process is None:
             return
         process, self._process = self._process, None
         self._conn.close()
-        process.join(STOP_GRACE)
-        if process.is_alive():
+        try:
+            process.wait(STOP_GRACE)
+        except subprocess.TimeoutExpired:
             process.kill()
-            process.join()
+            process.wait()
 
     def __enter__(self) -> "IsolatedCalls":
         return self
@@ -146,4 +174,4 @@ def run_isolated(function: Callable[[Any, Any], Any], items: Sequence[Any], work
             thread.join()
 
 
-__all__ = ["ChildFailed", "ChildKilled", "IsolatedCalls", "describe_exit", "run_isolated"]
+__all__ = ["ChildFailed", "ChildKilled", "IsolatedCalls", "child_main", "describe_exit", "run_isolated"]
