@@ -89,7 +89,12 @@ def main() -> None:
     parser.add_argument("--formats", nargs="*", default=format_names())
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--import-torch", action="store_true",
+                        help="import torch first, as a DataLoader worker has: a larger heap for the garbage collector "
+                        "to walk while shards open")
     args = parser.parse_args()
+    if args.import_torch:
+        import torch  # noqa: F401
     work = tempfile.mkdtemp(prefix="open_cost_")
     try:
         csv = os.path.join(work, "rows.csv")

@@ -127,9 +127,7 @@ class HDF5Reader(TableShardReader):
         self._offsets = None if self._schema.is_array else table("offsets", "<i8")
         self._data_bytes = locator.data_bytes
         self._check_structure()
-        key_data, key_blocks = table("keys", "u1"), table("key_blocks", "<i8")
-        self._keys = KeyTable(self._path, self._count, lambda: key_blocks,
-                              lambda begin, end: key_data[begin:end].tobytes())
+        self._keys = KeyTable(self._path, self._count, table("key_blocks", "<i8"), table("keys", "u1"))
         self._use_chunks(locator.chunks, max(1, locator.chunk_bytes), locator.row_bytes,
                          np.dtype(self._schema.dtype) if self._schema.is_array else np.dtype(np.uint8))
 
@@ -280,8 +278,7 @@ class HDF5Reader(TableShardReader):
         key_data, key_blocks = (self._mapped(dset) for dset in self._key_datasets)
         if key_data is None or key_blocks is None:
             return False
-        self._keys = KeyTable(self._path, self._count, lambda: key_blocks,
-                              lambda begin, end: key_data[begin:end].tobytes())
+        self._keys = KeyTable(self._path, self._count, key_blocks, key_data)
         self._key_datasets = ()
         return True
 

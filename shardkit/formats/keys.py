@@ -133,14 +133,17 @@ class KeyTable:
     """A shard's keys, read lazily: nothing is read until key() is first called, then only the
     small block table and the one block that holds the key."""
 
-    def __init__(self, path: str, count: int, load_blocks: Callable[[], np.ndarray],
-                 load_bytes: Callable[[int, int], bytes]) -> None:
+    def __init__(self, path: str, count: int, blocks: "np.ndarray | Callable[[], np.ndarray]",
+                 data: "np.ndarray | Callable[[int, int], bytes]") -> None:
+        """blocks: the block offsets, or what loads them; data: the key bytes (a uint8 array, e.g.
+        a view of the shard's map), or what reads bytes [begin, end) of them. Arrays rather than
+        closures keep an open shard at fewer objects for the garbage collector to walk."""
         self._path = path
         self._count = count
-        self._load_blocks = load_blocks
-        self._load_bytes = load_bytes
+        self._load_blocks = blocks
+        self._data = data
         self._blocks: Optional[np.ndarray] = None
-        self._cached: Tuple[int, List[bytes]] = (-1, [])
+        self._cached: Optional[Tuple[int, List[bytes]]] = None
 
     def _corrupt(self, problem: str) -> CorruptShardError:
         return CorruptShardError(f"corrupt key table: {problem}", path=self._path)
@@ -153,22 +156,31 @@ class KeyTable:
         if not 0 <= index < self._count:
             raise IndexError(f"sample {index} out of range for shard of {self._count}")
         block, position = divmod(index, KEY_BLOCK)
-        if self._cached[0] != block:
+        if self._cached is None or self._cached[0] != block:
             self._cached = (block, self._read_block(block, index))
         raw = self._cached[1][position]
         return raw.decode("utf-8", "surrogateescape") if raw else None
 
+    def _stored_offsets(self) -> np.ndarray:
+        """The block offsets as stored (unchecked)."""
+        loaded = self._load_blocks
+        return np.asarray(loaded if isinstance(loaded, np.ndarray) else loaded(), dtype=np.int64)
+
+    def _stored_bytes(self, begin: int, end: int) -> bytes:
+        """Bytes [begin, end) of the stored (deflated) key data."""
+        return self._data[begin:end].tobytes() if isinstance(self._data, np.ndarray) else self._data(begin, end)
+
     def _read_block(self, block: int, index: int) -> List[bytes]:
         """The keys of one block; damage in it is reported against sample index, whose key it holds."""
         if self._blocks is None:
-            blocks = np.asarray(self._load_blocks(), dtype=np.int64)
+            blocks = self._stored_offsets()
             if len(blocks) != -(-self._count // KEY_BLOCK) + 1 or blocks[0] != 0 or np.any(np.diff(blocks) < 0):
                 raise self._corrupt(f"{len(blocks)} block offsets for {self._count} keys, or not increasing")
             self._blocks = blocks
         begin, end = int(self._blocks[block]), int(self._blocks[block + 1])
         inflater = zlib.decompressobj()
         try:
-            data = inflater.decompress(self._load_bytes(begin, end), MAX_BLOCK_BYTES)
+            data = inflater.decompress(self._stored_bytes(begin, end), MAX_BLOCK_BYTES)
         except zlib.error as exc:
             raise self._damaged(index, f"block {block} does not inflate ({exc})") from None
         expected = min(KEY_BLOCK, self._count - block * KEY_BLOCK)
