@@ -104,9 +104,10 @@ class IsolatedCalls:
                 self._start()
             self._conn.send((function, item))
             ok, value = json.loads(self._conn.recv_bytes())
-        except (EOFError, OSError):
+        except (EOFError, OSError):     # the child died, or could not be started (then no exit status)
             process, self._process = self._process, None
-            self._conn.close()
+            if self._conn is not None:
+                self._conn.close()
             raise ChildKilled(None if process is None else process.wait()) from None
         if not ok:
             raise ChildFailed(value)

@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from shardkit.runtime.isolation import ChildKilled, IsolatedCalls
 from tests.faults.helpers import cli_env
 
 SCRIPT = r"""
@@ -31,3 +34,12 @@ def test_a_child_runs_the_call_without_importing_the_callers_script(tmp_path: Pa
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["main ran", "result 42"]
+
+
+def test_a_child_that_cannot_start_is_reported_as_killed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No interpreter to start (here: a missing executable) is a ChildKilled for the call, not an
+    AttributeError from the half-made connection."""
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    with IsolatedCalls() as calls:
+        with pytest.raises(ChildKilled):
+            calls.call(max, 1)
