@@ -113,6 +113,7 @@ class LMDBReader(ShardReader):
         self._block_addresses = np.zeros(0, dtype=np.int64)
         self._crcs: Optional[np.ndarray] = None
         self._keys: Optional[KeyTable] = None
+        self._keyed = False             # format version 2: the shard stores keys, read at the first key()
         try:
             with shared.lock:
                 self._count, self._labels = self._check_structure(shared)
@@ -143,7 +144,7 @@ class LMDBReader(ShardReader):
                 reserved = 5 if self._per_block else 4
                 if self._per_block:
                     self._block_addresses = np.zeros(values, dtype=np.int64)
-                self._keys = KeyTable(self._path, count, self._table(KEY_BLOCKS_KEY, "<i8"), self._value(KEYS_KEY))
+                self._keyed = True
             if int(stat["entries"]) != values + reserved:
                 raise self._corrupt(f"{stat['entries']} entries for {count} samples")
             labels = shared.txn.get(LABELS_KEY)
@@ -298,7 +299,13 @@ class LMDBReader(ShardReader):
         return None if self._crcs is None else (self._labels, self._crcs)
 
     def key(self, index: int) -> Optional[str]:
-        return super().key(index) if self._keys is None else self._keys.key(index)
+        if self._keys is None:
+            if not self._keyed:
+                return super().key(index)
+            # Made at the first key(), not at open: its two loaders are closures, and a
+            # thousand open shards of a DataLoader worker need none of them.
+            self._keys = KeyTable(self._path, self._count, self._table(KEY_BLOCKS_KEY, "<i8"), self._value(KEYS_KEY))
+        return self._keys.key(index)
 
     def labels(self) -> np.ndarray:
         return self._labels

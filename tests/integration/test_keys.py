@@ -144,6 +144,7 @@ def _key_data(dst: Path) -> bytes:
     """The stored key bytes of shard 0, read the way formats/keys.md says (through the format)."""
     reader = get_format(json.loads((dst / "manifest.json").read_text())["format"]["name"]).open_reader(
         str(dst / "shards" / sorted(os.listdir(dst / "shards"))[0]), shardkit.open_dataset(dst).schema)
+    reader.key(0)                   # a format may make its key table at the first key()
     table = reader._keys
     data = table._stored_bytes(0, int(table._stored_offsets()[-1]))
     reader.close()
