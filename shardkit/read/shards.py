@@ -170,7 +170,7 @@ class ShardRecords:
     def _read_many(self, wanted: np.ndarray) -> List[Encoded]:
         """read_encoded_many for indices already checked by sample_indices. A batch of small
         groups per shard (uniform order: a batch of 256 over 100 shards meets each about 2.5 times)
-        is read sample by sample, which costs less than grouping it (benchmarks/read_parts.py)."""
+        is read sample by sample, which costs less than grouping it (benchmarks/batch_grouping.py)."""
         shards = np.searchsorted(self.shard_starts, wanted, side="right") - 1
         if len(wanted) < MIN_GROUP * len(np.unique(shards)):
             return [self._read(index) for index in wanted.tolist()]
