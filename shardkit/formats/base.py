@@ -98,6 +98,11 @@ class ShardReader(abc.ABC):
         CRC32 come from the dataset's sample table (a format with tables reads nothing else)."""
         return self.read(index).payload
 
+    def rows(self) -> Optional[np.ndarray]:
+        """Every payload as one read-only (count, *shape) array when they are fixed-shape rows
+        stored plainly back to back (payload(i) is then rows()[i]); None otherwise."""
+        return None
+
     def key(self, index: int) -> Optional[str]:
         """The source key of the sample at local index (None: a format version without keys);
         read lazily, so opening a shard reads none of its keys."""
@@ -134,6 +139,9 @@ class TableShardReader(ShardReader):
             raise IndexError(f"sample {index} out of range for shard of {self._count}")
         rows = self._rows
         return rows[index] if rows is not None else self._payload(index)
+
+    def rows(self) -> Optional[np.ndarray]:
+        return self._rows
 
     @abc.abstractmethod
     def _payload(self, index: int) -> Payload:

@@ -11,6 +11,8 @@ import os
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
+import numpy as np
+
 from ..formats.base import ShardReader
 from .openfiles import OPEN_FILES
 
@@ -75,15 +77,18 @@ class ShardHandles:
     """One dataset's ready readers in this process, least recently used first, at most `capacity`.
 
     `slots[shard]` is the same reader (or None) by position: a random read over thousands of
-    shards looks it up in one list instead of a hash table's scattered entries.
+    shards looks it up in one list instead of a hash table's scattered entries. `rows[shard]` is
+    a ready shard's rows() once its dataset checked and published it (publish_rows), else None.
     """
 
     def __init__(self, capacity: int, shards: int) -> None:
         self.capacity = capacity
         self.ready: "OrderedDict[int, ShardReader]" = OrderedDict()
         self.slots: List[Optional[ShardReader]] = [None] * shards
+        self.rows: List[Optional[np.ndarray]] = [None] * shards
         self._keys: Dict[int, Hashable] = {}
         self.generation = OPEN_FILES.generation
+        OPEN_FILES.watch(self)          # close_all() drops the rows this holds
 
     def get(self, shard: int, options_key: Hashable, open_fd: Callable[[], int],
             open_reader: Callable[[int], ShardReader]) -> ShardReader:
@@ -122,16 +127,22 @@ class ShardHandles:
         while self.ready and OPEN_FILES.held() >= limit:
             self._release_oldest()
 
+    def publish_rows(self, shard: int, reader: ShardReader) -> None:
+        """Keep a ready, checked shard's rows() by position, for reads that need nothing else of it.
+        The array keeps the shard's map alive until it is dropped here, when its reader leaves."""
+        if self.slots[shard] is reader:
+            self.rows[shard] = reader.rows()
+
     def _release_oldest(self) -> None:
         """Release this dataset's least recently used reader."""
         oldest, evicted = self.ready.popitem(last=False)
-        self.slots[oldest] = None
+        self.slots[oldest] = self.rows[oldest] = None
         OPEN_FILES.release(self._keys.pop(oldest), evicted)
 
     def discard(self, shard: int) -> None:
         """Release one shard's reader (one that failed a check must not stay ready)."""
         reader = self.ready.pop(shard, None)
-        self.slots[shard] = None
+        self.slots[shard] = self.rows[shard] = None
         if reader is not None:
             OPEN_FILES.release(self._keys.pop(shard), reader)
 
@@ -139,6 +150,7 @@ class ShardHandles:
         """Drop every reader without releasing it: the registry closed them or they are a parent's."""
         self.ready = OrderedDict()
         self.slots = [None] * len(self.slots)
+        self.rows = [None] * len(self.slots)
         self._keys = {}
         self.generation = OPEN_FILES.generation
 

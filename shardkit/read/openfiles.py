@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from typing import Any, Callable, Dict, Hashable, List, Tuple
 
 #: (st_dev, st_ino): the same file whatever path names it.
@@ -43,6 +44,13 @@ class OpenFiles:
         #: Changes whenever an object handed out may have been closed or belong to another process
         #: (close_all, fork), so a holder drops what it got before and asks again.
         self.generation = 0
+        #: Holders whose forget() close_all calls: what they keep of a closed object (a dataset's
+        #: published rows, views of a shard's map) must not keep that map alive.
+        self._holders: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+    def watch(self, holder: Any) -> None:
+        """Have close_all() call holder.forget() (held weakly)."""
+        self._holders.add(holder)
 
     def acquire(self, key: Hashable, opener: Callable[[], Any]) -> Any:
         """The open object for key (opened by opener on first use); the caller owes one release()."""
@@ -85,6 +93,8 @@ class OpenFiles:
             self.generation += 1
             for obj, _ in entries.values():
                 obj.close()
+            for holder in list(self._holders):
+                holder.forget()
 
     def _forget_inherited(self) -> None:
         if self._pid == os.getpid():

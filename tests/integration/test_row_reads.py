@@ -1,0 +1,129 @@
+"""Reads of fixed-shape rows from ready shards: a dataset indexes each shard's published rows
+itself (read/shards.py, `_row`). They must equal the reader path, stay within the open-shard
+budget, keep its LRU order, and still refuse a row whose bytes changed."""
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import shardkit
+from shardkit.read.openfiles import OPEN_FILES
+
+SHARDS, PER_SHARD = 6, 5
+ROWS = SHARDS * PER_SHARD
+
+
+def _value(i: int) -> "tuple[float, float]":
+    return float(i), i * 0.5 + 1000.0
+
+
+@pytest.fixture()
+def rows_dataset(tmp_path: Path, fmt: str) -> Path:
+    csv = tmp_path / "rows.csv"
+    csv.write_text("a,b,label\n" + "".join(f"{a},{b},c{i % 3}\n" for i in range(ROWS) for a, b in [_value(i)]))
+    dst = tmp_path / "ds"
+    shardkit.convert(str(csv), str(dst), format=fmt, label_column="label", samples_per_shard=PER_SHARD, quiet=True)
+    return dst
+
+
+def _shard_maps(dst: Path) -> int:
+    """How many distinct shard files of dst this process has mapped (from /proc/self/maps)."""
+    shards = str(dst / "shards")
+    with open("/proc/self/maps") as maps:
+        return len({line.split(None, 5)[-1].strip() for line in maps if shards in line})
+
+
+def _offsets(data: bytes, part: bytes) -> "list[int]":
+    found, start = [], data.find(part)
+    while start >= 0:
+        found.append(start)
+        start = data.find(part, start + 1)
+    return found
+
+
+def test_reads_of_ready_shards_equal_what_was_converted(rows_dataset: Path) -> None:
+    """Every row read twice (the first read opens its shard, the second indexes the published
+    rows), raw and decoded, against the values written."""
+    expected = [(np.array(_value(i), np.float32), i % 3) for i in range(ROWS)]
+    OPEN_FILES.close_all()
+    with shardkit.open_dataset(rows_dataset, decode=None) as raw, shardkit.open_dataset(rows_dataset) as decoded:
+        for _ in range(2):
+            for i in np.random.default_rng(0).permutation(ROWS).tolist():
+                payload, label = raw[i]
+                assert label == expected[i][1] and payload.tolist() == expected[i][0].tolist()
+                assert not payload.flags.writeable          # a view of the map, as the reader gives
+                tensor, label = decoded[i]
+                assert label == expected[i][1] and tensor.dtype == torch.float32
+                assert tensor.tolist() == expected[i][0].tolist()
+                tensor += 1                                 # a private copy: the shard is untouched
+        assert [raw[i][0].tolist() for i in range(ROWS)] == [row.tolist() for row, _ in expected]
+        assert [raw.read_encoded(i).crc32 for i in range(ROWS)] == \
+            [raw.reader(i // PER_SHARD).read(i % PER_SHARD).crc32 for i in range(ROWS)]
+
+
+def test_an_evicted_shard_leaves_no_map_behind(rows_dataset: Path) -> None:
+    """Published rows keep their shard's map alive, so eviction must drop them: under a budget of
+    2, reading every shard leaves at most 2 shard files mapped."""
+    OPEN_FILES.close_all()
+    with shardkit.open_dataset(rows_dataset, decode=None, max_open_shards=2) as ds:
+        for _ in range(2):
+            for i in range(ROWS):
+                ds[i]
+        assert sum(rows is not None for rows in ds._handles.rows) <= 2
+        assert _shard_maps(rows_dataset) <= 2
+    assert _shard_maps(rows_dataset) == 0
+
+
+def test_closing_every_shard_of_the_process_unmaps_published_rows(rows_dataset: Path) -> None:
+    """OPEN_FILES.close_all() leaves no shard mapped, even with every shard's rows published, and
+    the dataset reads on afterwards."""
+    OPEN_FILES.close_all()
+    ds = shardkit.open_dataset(rows_dataset, decode=None)
+    before = [ds[i][0].tolist() for i in range(ROWS) for _ in range(2)]
+    assert _shard_maps(rows_dataset) == SHARDS
+    OPEN_FILES.close_all()
+    assert _shard_maps(rows_dataset) == 0
+    assert [ds[i][0].tolist() for i in range(ROWS) for _ in range(2)] == before
+    ds.close()
+
+
+def test_a_shard_read_through_its_rows_counts_as_recently_used(rows_dataset: Path) -> None:
+    """Under a full budget, a read of a ready shard moves it to the young end of the LRU, so the
+    next open evicts the other one."""
+    OPEN_FILES.close_all()
+    with shardkit.open_dataset(rows_dataset, decode=None, max_open_shards=2) as ds:
+        ds[0], ds[PER_SHARD]                # shards 0 and 1 ready, 0 the oldest
+        ds[1]                               # shard 0 again
+        ds[2 * PER_SHARD]                   # opens shard 2: shard 1 must go, not shard 0
+        assert sorted(ds._handles.ready) == [0, 2]
+
+
+def test_a_row_changed_under_a_running_reader_is_refused(rows_dataset: Path) -> None:
+    """verify_checksums=True: a row whose bytes change in the file after its shard was opened (and
+    its rows published) fails its CRC32 at the next read, naming shard and sample."""
+    target = 7                                          # shard 1, sample 2
+    shard = rows_dataset / "shards"
+    OPEN_FILES.close_all()
+    with shardkit.open_dataset(rows_dataset, decode=None, verify_checksums=True) as ds:
+        assert ds[target][0].tolist() == list(_value(target))
+        ds[target - 1]                                  # its shard is ready and published
+        row = struct.pack("<2f", *_value(target))
+        hits = [(path, _offsets(path.read_bytes(), row)) for path in sorted(shard.rglob("*")) if path.is_file()]
+        hits = [(path, offsets) for path, offsets in hits if offsets]
+        assert len(hits) == 1                           # one file (LMDB may keep a stale page too)
+        path, offsets = hits[0]
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            for offset in offsets:
+                os.pwrite(fd, struct.pack("<f", 99.0), offset)
+        finally:
+            os.close(fd)
+        with pytest.raises(shardkit.CorruptSampleError) as caught:
+            ds[target]
+        assert caught.value.global_index == target and "CRC32" in str(caught.value)
+        assert ds[target + 1][0].tolist() == list(_value(target + 1))
