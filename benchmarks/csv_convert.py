@@ -7,7 +7,13 @@ interleaved, for each:
   shardkit                — shardkit.convert (scan + parse + encode + spill + write shards + fsync +
                             sha256), --workers 1;
   shardkit --workers 2    — the same file split into byte ranges parsed by 2 processes;
-  pyarrow.parquet 1 thread / shardkit (parquet) — for the Parquet files.
+  pyarrow.parquet 1 thread / shardkit (parquet) — for the Parquet files;
+  integrity floor         — Arrow's 1-thread read, then only what any conversion keeping
+                            SPEC.md's guarantees must do to the rows besides: numbers as float32 rows,
+                            text columns as int32 dictionary codes, a CRC32 per row (row_crc.py,
+                            shardkit's fastest), a sha256 of the bytes, a write and an fsync. No
+                            type inference, keys, labels, shard cuts or manifest: Arrow's time over
+                            this one is the most "Arrow / shardkit" any implementation can reach.
 Prints medians of wall and CPU seconds (this process's CPU plus that of the worker processes it
 waited for; on a shared machine CPU time is the steadier of the two), rows/s, MB/s of the input,
 and each method's wall and CPU time relative to shardkit's. With --memory, also the peak RSS of a
@@ -38,13 +44,18 @@ import tempfile
 import time
 from typing import Callable, Dict, List, Tuple
 
+import hashlib
+
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import shardkit  # noqa: E402
+from shardkit.codecs.row_crc import row_crc32  # noqa: E402
 
 NUMERIC_COLUMNS = 32
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett",
@@ -89,6 +100,33 @@ def arrow_csv(threads: bool) -> Callable[[str], int]:
 
 def arrow_parquet(path: str) -> int:
     return pq.read_table(path, use_threads=False).num_rows
+
+
+def integrity_floor(read: Callable[[str], "pa.Table"], workdir: str) -> Callable[[str], int]:
+    """Arrow's read plus the least any conversion that keeps a CRC32 per sample and a sha256 per
+    file must do to the rows (see the module docstring): a floor under shardkit's time."""
+    def run(path: str) -> int:
+        table = read(path)
+        columns = []
+        for column in table.columns:
+            if pa.types.is_floating(column.type) or pa.types.is_integer(column.type):
+                columns.append(column.to_numpy().astype(np.float32).view(np.uint8).reshape(-1, 4))
+            else:
+                codes = pc.dictionary_encode(column).combine_chunks().indices
+                columns.append(codes.to_numpy(zero_copy_only=False).astype(np.int32).view(np.uint8).reshape(-1, 4))
+        rows = np.ascontiguousarray(np.concatenate(columns, axis=1))
+        crcs = row_crc32(rows)
+        digest = hashlib.sha256(rows)
+        digest.update(crcs)
+        out = os.path.join(workdir, "floor.bin")
+        with open(out, "wb") as handle:
+            handle.write(rows.data)
+            handle.write(crcs.data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.unlink(out)
+        return table.num_rows
+    return run
 
 
 def shardkit_convert(fmt: str, workdir: str, workers: int = 1) -> Callable[[str], int]:
@@ -274,9 +312,13 @@ def main() -> None:
     two = shardkit_convert(args.format, workdir, workers=2)
     text_suite: Dict[str, Callable[[str], object]] = {
         "pyarrow.csv 1 thread": arrow_csv(False), "pyarrow.csv all threads": arrow_csv(True),
+        "integrity floor": integrity_floor(
+            lambda path: pcsv.read_csv(path, read_options=pcsv.ReadOptions(use_threads=False)), workdir),
         "shardkit": convert, "shardkit --workers 2": two}
-    parquet_suite: Dict[str, Callable[[str], object]] = {"pyarrow.parquet 1 thread": arrow_parquet,
-                                                         "shardkit": convert}
+    parquet_suite: Dict[str, Callable[[str], object]] = {
+        "pyarrow.parquet 1 thread": arrow_parquet,
+        "integrity floor": integrity_floor(lambda path: pq.read_table(path, use_threads=False), workdir),
+        "shardkit": convert}
     if args.baseline:
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         for suite in (text_suite, parquet_suite):
