@@ -18,7 +18,7 @@ from .hdf5_layout import FORMAT_VERSION, MAX_EXPANSION
 from .hdf5_locator import FIRST_READ, Locator, describes, parse, read_head
 from .hdf5_safety import check_self_contained, disable_filter_plugins
 from .keys import KeyTable
-from .locating import FileView, close_map, map_file, opened
+from .locating import FileView, close_map, map_file, map_rows, opened
 
 #: Reader chunk cache: room for a few chunks; random access gains nothing from more.
 CHUNK_CACHE_BYTES = 8 << 20
@@ -158,12 +158,13 @@ class HDF5Reader(TableShardReader):
     def _one_run_rows(self) -> Optional[np.ndarray]:
         """Every fixed-shape row as one (count, *shape) view when the chunks lie back to back inside
         the map: a read is then one index into it, touching one array of this shard, not four."""
-        if self._offsets is not None or self._run[-1] != 0 or self._flat is None:
+        if self._offsets is not None or self._run[-1] != 0 or self._flat is None or self._mmap is None:
             return None
         begin, nbytes = self._shift[0], self._count * self._row_bytes
-        if begin < 0 or begin + nbytes > len(self._flat):
+        if begin < 0 or begin + nbytes > len(self._flat) or \
+                self._row_bytes != self._dtype.itemsize * int(np.prod(self._schema.shape)):
             return None             # read() names the sample that lies outside the file
-        return self._flat[begin:begin + nbytes].view(self._dtype).reshape((self._count, *self._schema.shape))
+        return map_rows(self._mmap, self._dtype, self._schema.shape, self._count, begin)
 
     def _load_tables(self) -> None:
         """Check the attributes and every dataset's metadata, then read the small tables."""

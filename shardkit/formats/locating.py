@@ -10,7 +10,9 @@ import contextlib
 import mmap
 import os
 import zlib
-from typing import Any, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 
 Range = Tuple[int, int]
@@ -78,6 +80,15 @@ class FileView:
         if len(data) != end - begin:
             raise OSError(f"read {len(data)} of {end - begin} bytes at {begin}: the file changed size")
         return data
+
+
+def map_rows(view: mmap.mmap, dtype: np.dtype, shape: Sequence[int], count: int, offset: int) -> np.ndarray:
+    """`count` fixed-shape rows at `offset` of a map as one read-only (count, *shape) array made by
+    np.frombuffer with a sub-array dtype. It holds a buffer export, so the map cannot be closed
+    under it (np.ndarray(buffer=...) holds none: the map then closes and its address is reused),
+    and it is the base of every row view taken from it: a read touches this one array, not also
+    the flat array a reshape of a view would leave between (benchmarks/read_parts.py)."""
+    return np.frombuffer(view, dtype=np.dtype((dtype, tuple(shape))), count=count, offset=offset)
 
 
 def map_file(fd: int, size: int) -> mmap.mmap:

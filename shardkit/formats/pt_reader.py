@@ -17,7 +17,7 @@ from ..records import Encoded, Payload
 from ..schema import SampleSchema
 from .base import TableShardReader
 from .keys import KeyTable
-from .locating import FileView, close_map, map_file, opened
+from .locating import FileView, close_map, map_file, map_rows, opened
 from .packing import array_dtype, restore
 from .pt_layout import FORMAT_NAME, FORMAT_VERSION
 from .pt_locator import FIRST_READ, TENSORS, PTLocator, describes, read_locator
@@ -83,6 +83,8 @@ class PTReader(TableShardReader):
         self._rows = None
         if schema.is_array and not self._compressed:
             self._rows = self._data.view(array_dtype(schema)).reshape((self._count, *schema.shape))
+            if located_arrays is not None and self._map is not None:    # the same rows, one array
+                self._rows = map_rows(self._map, self._rows.dtype, schema.shape, self._count, self._data_offset)
 
     def _corrupt(self, problem: str) -> CorruptShardError:
         return CorruptShardError(f"corrupt .pt shard: {problem}", path=self._path)
@@ -102,6 +104,7 @@ class PTReader(TableShardReader):
         if locator is None or self._map is None:
             return None
         flat = np.frombuffer(self._map, dtype=np.uint8)
+        self._data_offset = locator.tables["data"][0]
         arrays = {}
         for name, itemsize in TENSORS:
             offset, nbytes = locator.tables[name]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -127,3 +129,31 @@ def test_a_row_changed_under_a_running_reader_is_refused(rows_dataset: Path) -> 
             ds[target]
         assert caught.value.global_index == target and "CRC32" in str(caught.value)
         assert ds[target + 1][0].tolist() == list(_value(target + 1))
+
+
+KEEPS_MAP = r"""
+import mmap, os, sys
+import shardkit
+from shardkit.read.openfiles import OPEN_FILES
+
+ds = shardkit.open_dataset(sys.argv[1], decode=None)
+rows = ds.reader(1).rows()
+expected = rows.tobytes()
+OPEN_FILES.close_all()                 # closes the reader and (tries to) close its map
+spare = [mmap.mmap(-1, 1 << 16) for _ in range(256)]     # new maps that could take its addresses
+for one in spare:
+    one.write(b"\xff" * (1 << 16))
+print("same" if rows.tobytes() == expected else "changed")
+"""
+
+
+def test_rows_a_reader_gave_keep_its_map_after_it_closes(rows_dataset: Path, fmt: str) -> None:
+    """rows() holds a buffer export of the shard's map: closing the reader cannot unmap the memory
+    under it (an array made with np.ndarray(buffer=map) holds none; its map then closes and the
+    addresses go to the next maps, so the rows read other bytes)."""
+    if fmt == "lmdb":
+        pytest.skip("LMDB rows live in LMDB's own map: its readers give no rows()")
+    out = subprocess.run([sys.executable, "-c", KEEPS_MAP, str(rows_dataset)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "same"
