@@ -8,6 +8,7 @@ crosses a fork: the registry's generation changes in a child, and every LRU then
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
@@ -88,6 +89,9 @@ class ShardHandles:
         self.rows: List[Optional[np.ndarray]] = [None] * shards
         self._keys: Dict[int, Hashable] = {}
         self.generation = OPEN_FILES.generation
+        #: This LRU's lock: its changes (and the registry calls between them) are one step for the
+        #: threads of a process, and a reader read under it is not released (closed) meanwhile.
+        self.lock = threading.RLock()
         OPEN_FILES.watch(self)          # close_all() drops the rows this holds
 
     def get(self, shard: int, options_key: Hashable, open_fd: Callable[[], int],
@@ -96,6 +100,20 @@ class ShardHandles:
         with other datasets), else a new one. open_fd() gives the checked descriptor that names the
         file (its identity keys the registry); open_reader(fd) opens a reader through it. The least
         recently used reader beyond capacity is released."""
+        with self.lock:
+            return self._get(shard, options_key, open_fd, open_reader)
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        """Pickled (to a spawned DataLoader worker) as a new, empty LRU: readers and their lock
+        never cross processes."""
+        return ShardHandles, (self.capacity, len(self.slots))
+
+    def after_fork(self) -> None:
+        """In a forked child: a lock that a thread of the parent held at the fork would stay held."""
+        self.lock = threading.RLock()
+
+    def _get(self, shard: int, options_key: Hashable, open_fd: Callable[[], int],
+             open_reader: Callable[[int], ShardReader]) -> ShardReader:
         if self.generation != OPEN_FILES.generation:
             self.forget()
         reader = self.ready.get(shard)
@@ -130,8 +148,9 @@ class ShardHandles:
     def publish_rows(self, shard: int, reader: ShardReader) -> None:
         """Keep a ready, checked shard's rows() by position, for reads that need nothing else of it.
         The array keeps the shard's map alive until it is dropped here, when its reader leaves."""
-        if self.slots[shard] is reader:
-            self.rows[shard] = reader.rows()
+        with self.lock:
+            if self.slots[shard] is reader:
+                self.rows[shard] = reader.rows()
 
     def _release_oldest(self) -> None:
         """Release this dataset's least recently used reader."""
@@ -141,25 +160,28 @@ class ShardHandles:
 
     def discard(self, shard: int) -> None:
         """Release one shard's reader (one that failed a check must not stay ready)."""
-        reader = self.ready.pop(shard, None)
-        self.slots[shard] = self.rows[shard] = None
-        if reader is not None:
-            OPEN_FILES.release(self._keys.pop(shard), reader)
+        with self.lock:
+            reader = self.ready.pop(shard, None)
+            self.slots[shard] = self.rows[shard] = None
+            if reader is not None:
+                OPEN_FILES.release(self._keys.pop(shard), reader)
 
     def forget(self) -> None:
         """Drop every reader without releasing it: the registry closed them or they are a parent's."""
-        self.ready = OrderedDict()
-        self.slots = [None] * len(self.slots)
-        self.rows = [None] * len(self.slots)
-        self._keys = {}
-        self.generation = OPEN_FILES.generation
+        with self.lock:
+            self.ready = OrderedDict()
+            self.slots = [None] * len(self.slots)
+            self.rows = [None] * len(self.slots)
+            self._keys = {}
+            self.generation = OPEN_FILES.generation
 
     def close(self) -> None:
         """Release every reader this dataset holds (the last user of a file closes it)."""
-        if self.generation == OPEN_FILES.generation:
-            for shard, reader in self.ready.items():
-                OPEN_FILES.release(self._keys[shard], reader)
-        self.forget()
+        with self.lock:
+            if self.generation == OPEN_FILES.generation:
+                for shard, reader in self.ready.items():
+                    OPEN_FILES.release(self._keys[shard], reader)
+            self.forget()
 
     def __len__(self) -> int:
         return len(self.ready) if self.generation == OPEN_FILES.generation else 0

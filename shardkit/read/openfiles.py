@@ -49,7 +49,8 @@ class OpenFiles:
         self._holders: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
     def watch(self, holder: Any) -> None:
-        """Have close_all() call holder.forget() (held weakly)."""
+        """Have close_all() call holder.forget(), and a forked child holder.after_fork() where it
+        has one (held weakly)."""
         self._holders.add(holder)
 
     def acquire(self, key: Hashable, opener: Callable[[], Any]) -> Any:
@@ -93,8 +94,9 @@ class OpenFiles:
             self.generation += 1
             for obj, _ in entries.values():
                 obj.close()
-            for holder in list(self._holders):
-                holder.forget()
+            holders = list(self._holders)
+        for holder in holders:      # outside the lock: a holder takes its own lock, then this one
+            holder.forget()
 
     def _forget_inherited(self) -> None:
         if self._pid == os.getpid():
@@ -115,6 +117,10 @@ class OpenFiles:
         # A lock held by another thread at fork time would stay held in the child forever.
         self._lock = threading.RLock()
         self.generation += 1
+        for holder in list(self._holders):
+            after_fork = getattr(holder, "after_fork", None)
+            if after_fork is not None:
+                after_fork()
 
     def held(self) -> int:
         """How many open objects of this process keep a descriptor or a map (each at most one of

@@ -108,23 +108,28 @@ class ShardRecords:
         reader = handles.slots[shard]
         if reader is not None and handles.generation == OPEN_FILES.generation:
             if len(handles.ready) >= handles.capacity:     # order matters only once something must go
-                handles.ready.move_to_end(shard)
+                try:
+                    handles.ready.move_to_end(shard)
+                except KeyError:        # another thread released it a moment ago (ShardHandles.lock)
+                    pass
             return reader
         if self.verify_checksums == "full":
             self._check_sha256_once(shard)
         path, name = self._paths[shard], f"shard {shard}"
-        reader = handles.get(shard, self._options_key,
-                             lambda: open_shard_file(path, self.root, int(self._sizes[shard]), name),
-                             lambda fd: reader_of(self._format, self.manifest, shard, self._options, path, fd, name))
-        try:    # another dataset of the process may have opened the file (shared) after it was replaced
-            check_reader(reader, self.manifest, shard, path)
-            if self.manifest.sample_table is not None:
-                self._sample_table().check_shard(reader.tables(), self._starts[shard], path, shard)
-        except CorruptShardError:
-            handles.discard(shard)
-            raise
-        if self._by_rows:
-            handles.publish_rows(shard, reader)
+        with handles.lock:   # no other thread releases it between its open and its checks
+            reader = handles.get(shard, self._options_key,
+                                 lambda: open_shard_file(path, self.root, int(self._sizes[shard]), name),
+                                 lambda fd: reader_of(self._format, self.manifest, shard, self._options, path, fd,
+                                                      name))
+            try:    # another dataset of the process may have opened the file (shared) after it was replaced
+                check_reader(reader, self.manifest, shard, path)
+                if self.manifest.sample_table is not None:
+                    self._sample_table().check_shard(reader.tables(), self._starts[shard], path, shard)
+            except CorruptShardError:
+                handles.discard(shard)
+                raise
+            if self._by_rows:
+                handles.publish_rows(shard, reader)
         return reader
 
     def _sample_table(self) -> SampleTable:
@@ -156,7 +161,8 @@ class ShardRecords:
         """The source key of a sample: its path relative to SRC (image trees), "file:row" (table
         rows); None for a dataset written before keys were stored (format version 1)."""
         shard, local = self.locate(index)
-        return self.reader(shard).key(local)
+        with self._handles.lock:
+            return self.reader(shard).key(local)
 
     def read_encoded(self, index: Any) -> Encoded:
         """The stored record of a global index (CRC and label range checked when verify_checksums)."""
@@ -169,8 +175,9 @@ class ShardRecords:
             encoded = self._row(shard, local, index)
             if encoded is not None:
                 return encoded
-        reader = self.reader(shard)      # first: opening a shard maps the sample table
-        return self._checks.read(reader, shard, local, index, self._table)
+        with self._handles.lock:     # no other thread closes the reader during its read
+            reader = self.reader(shard)      # first: opening a shard maps the sample table
+            return self._checks.read(reader, shard, local, index, self._table)
 
     def _row(self, shard: int, local: int, index: int) -> Optional[Encoded]:
         """The read of a fixed-shape row of a ready shard that published its rows: the same payload
@@ -182,7 +189,10 @@ class ShardRecords:
         if rows is None or handles.generation != OPEN_FILES.generation:
             return None
         if len(handles.ready) >= handles.capacity:     # order matters only once something must go
-            handles.ready.move_to_end(shard)
+            try:
+                handles.ready.move_to_end(shard)
+            except KeyError:            # another thread released it a moment ago: open it again
+                return None
         table = self._table
         assert table is not None        # rows are published once the shard matched the table
         encoded = Encoded(rows[local], table.labels.item(index), table.crcs.item(index))
@@ -205,13 +215,13 @@ class ShardRecords:
         globals_ = wanted.tolist()
         out: List[Any] = [None] * len(globals_)
         for shard, positions in groups.items():
-            reader, start = self.reader(shard), self._starts[shard]
             if len(positions) == 1:
-                index = globals_[positions[0]]
-                out[positions[0]] = self._checks.read(reader, shard, index - start, index, self._table)
+                out[positions[0]] = self._read(globals_[positions[0]])
                 continue
-            picked = [globals_[position] for position in positions]
-            encoded = self._checks.read_many(reader, shard, [index - start for index in picked], picked)
+            start, picked = self._starts[shard], [globals_[position] for position in positions]
+            with self._handles.lock:
+                encoded = self._checks.read_many(self.reader(shard), shard, [index - start for index in picked],
+                                                 picked)
             for position, one in zip(positions, encoded):
                 out[position] = one
         return out
@@ -223,7 +233,8 @@ class ShardRecords:
             return np.zeros(0, dtype=np.int64)
         if self.manifest.sample_table is not None:
             return read_labels(self.root, self.manifest.sample_table)
-        return np.concatenate([self.reader(shard).labels() for shard in range(len(self._paths))])
+        with self._handles.lock:     # no other thread closes a reader before its labels are copied
+            return np.concatenate([self.reader(shard).labels() for shard in range(len(self._paths))])
 
     def close(self) -> None:
         """Release this object's shard handles (a file other datasets still use stays open)."""

@@ -157,3 +157,70 @@ def test_rows_a_reader_gave_keep_its_map_after_it_closes(rows_dataset: Path, fmt
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "same"
+
+
+def test_threads_reading_under_a_small_budget_get_the_right_rows(rows_dataset: Path) -> None:
+    """Four threads read one dataset in random orders while its budget of 2 evicts shards under
+    them: every read gives the row written, and no read fails."""
+    import threading
+    expected = [list(_value(i)) for i in range(ROWS)]
+    errors: "list[BaseException]" = []
+    wrong: "list[int]" = []
+    OPEN_FILES.close_all()
+    with shardkit.open_dataset(rows_dataset, decode=None, max_open_shards=2) as ds:
+        def read(seed: int) -> None:
+            try:
+                for i in np.random.default_rng(seed).integers(0, ROWS, 3000).tolist():
+                    if ds[i][0].tolist() != expected[i]:
+                        wrong.append(i)
+            except BaseException as exc:      # noqa: BLE001 - reported below
+                errors.append(exc)
+        threads = [threading.Thread(target=read, args=(seed,)) for seed in range(4)]
+        previous = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)           # switch threads as often as the interpreter allows
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            sys.setswitchinterval(previous)
+    assert not errors, repr(errors[0])
+    assert not wrong
+
+
+def _read_first(ds: shardkit.ShardDataset, expected: "list[float]") -> None:
+    raise SystemExit(0 if ds[0][0].tolist() == expected else 3)
+
+
+def test_a_child_forked_while_a_thread_holds_the_dataset_lock_still_reads(rows_dataset: Path) -> None:
+    """A thread of the parent holds the dataset's LRU lock when the process forks (a DataLoader
+    forking its workers while a thread reads): the child makes its own lock and reads."""
+    import multiprocessing
+    import threading
+    OPEN_FILES.close_all()
+    ds = shardkit.open_dataset(rows_dataset, decode=None)
+    ds[0]
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with ds._handles.lock:
+            held.set()
+            release.wait(60)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    try:
+        child = multiprocessing.get_context("fork").Process(target=_read_first, args=(ds, list(_value(0))))
+        child.start()
+        child.join(30)
+        alive = child.is_alive()
+        if alive:
+            child.kill()
+            child.join()
+    finally:
+        release.set()
+        holder.join()
+        ds.close()
+    assert not alive, "the child waited forever for a lock its parent's thread held at the fork"
+    assert child.exitcode == 0
