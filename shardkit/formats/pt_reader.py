@@ -82,9 +82,10 @@ class PTReader(TableShardReader):
         #: _check_tables found) as one (count, *shape) view: a read indexes it.
         self._rows = None
         if schema.is_array and not self._compressed:
-            self._rows = self._data.view(array_dtype(schema)).reshape((self._count, *schema.shape))
-            if located_arrays is not None and self._map is not None:    # the same rows, one array
-                self._rows = map_rows(self._map, self._rows.dtype, schema.shape, self._count, self._data_offset)
+            if located_arrays is not None and self._map is not None:    # one array on the map itself
+                self._rows = map_rows(self._map, array_dtype(schema), schema.shape, self._count, self._data_offset)
+            else:
+                self._rows = self._data.view(array_dtype(schema)).reshape((self._count, *schema.shape))
 
     def _corrupt(self, problem: str) -> CorruptShardError:
         return CorruptShardError(f"corrupt .pt shard: {problem}", path=self._path)

@@ -49,8 +49,8 @@ class OpenFiles:
         self._holders: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
     def watch(self, holder: Any) -> None:
-        """Have close_all() call holder.forget(), and a forked child holder.after_fork() where it
-        has one (held weakly)."""
+        """Have close_all() call holder.forget(), and a forked child holder.after_fork() (held
+        weakly)."""
         self._holders.add(holder)
 
     def acquire(self, key: Hashable, opener: Callable[[], Any]) -> Any:
@@ -118,9 +118,7 @@ class OpenFiles:
         self._lock = threading.RLock()
         self.generation += 1
         for holder in list(self._holders):
-            after_fork = getattr(holder, "after_fork", None)
-            if after_fork is not None:
-                after_fork()
+            holder.after_fork()
 
     def held(self) -> int:
         """How many open objects of this process keep a descriptor or a map (each at most one of
