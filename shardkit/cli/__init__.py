@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -49,6 +50,10 @@ def main() -> None:
 
 
 def _register() -> None:
+    # No command does linear algebra in numpy. Without this, importing numpy starts OpenBLAS's
+    # thread pool, and a process with a second thread spawns its shard writers instead of
+    # forking them (runtime/workers.writer_start_method): a quarter second of start-up each.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from . import bench_cmd, convert_cmd, demo_cmd, info_cmd, merge_cmd, verify_cmd
     for module in (convert_cmd, verify_cmd, info_cmd, merge_cmd, bench_cmd, demo_cmd):
         main.add_command(module.command)

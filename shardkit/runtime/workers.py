@@ -100,13 +100,35 @@ class _SigintIgnored:
             signal.signal(signal.SIGINT, self._previous)
 
 
+def running_threads() -> Optional[int]:
+    """How many threads this process runs, all of them (Python's, OpenMP's, a library's), or None
+    where the system does not say (Linux says, in /proc/self/task)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
+def writer_start_method() -> str:
+    """How workers that only write new files start: "fork" on Linux when this process runs one
+    thread, since then no lock can be held at the fork by a thread the child lacks (what makes a fork of
+    a threaded process deadlock), and a child starts in milliseconds instead of a new interpreter's
+    quarter second of imports; "spawn" anywhere else. Workers that read shards the parent may hold
+    open (verify's) are always spawned."""
+    if sys.platform.startswith("linux") and running_threads() == 1:
+        return "fork"
+    return "spawn"
+
+
 def run_in_workers(function: Callable[[Any], Any], items: Sequence[Any], workers: int,
                    on_done: Callable[[int, Any], None], poll: Callable[[], None] = lambda: None,
-                   initializer: Optional[Callable[..., None]] = None, initargs: Tuple[Any, ...] = ()) -> None:
-    """function(item) for every item in `workers` spawned processes; on_done(index, result) in the
-    parent as each ends, poll() between waits. Any exception (from a task, on_done or poll —
-    BrokenProcessPool when a worker dies) stops every worker before it propagates."""
-    mp = multiprocessing.get_context("spawn")
+                   initializer: Optional[Callable[..., None]] = None, initargs: Tuple[Any, ...] = (),
+                   start_method: str = "spawn") -> None:
+    """function(item) for every item in `workers` processes started by `start_method`
+    (writer_start_method() for writers); on_done(index, result) in the parent as each ends, poll()
+    between waits. Any exception (from a task, on_done or poll — BrokenProcessPool when a worker
+    dies) stops every worker before it propagates."""
+    mp = multiprocessing.get_context(start_method)
     pool = ProcessPoolExecutor(max(1, min(workers, len(items))), mp_context=mp, initializer=_init,
                                initargs=(os.getpid(), initializer, initargs))
     try:
@@ -153,4 +175,4 @@ def stop_pool(pool: ProcessPoolExecutor) -> List[Optional[int]]:
 
 
 __all__ = ["POLL_SECONDS", "STOP_GRACE", "UNGUARDED_MAIN_EXIT", "WORKERS_ENV", "default_workers",
-           "exit_if_importing_main", "run_in_workers", "stop_pool"]
+           "exit_if_importing_main", "run_in_workers", "running_threads", "stop_pool", "writer_start_method"]

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import weakref
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -21,6 +22,17 @@ from ..manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME
 from ..sample_table import TABLE_NAME
 
 JOURNAL_DIR = ".shardkit"
+
+#: The journals of this process that hold their DST's lock.
+_LOCK_HOLDERS: "weakref.WeakSet[Journal]" = weakref.WeakSet()
+
+
+def _drop_inherited_locks() -> None:
+    """In a forked child (a shard writer): close the copies of DST lock descriptors the parent
+    holds, so that only the parent holds each lock and it ends when the parent ends, not when
+    its last child has gone too."""
+    for journal in list(_LOCK_HOLDERS):
+        journal.unlock()
 
 
 class Journal:
@@ -67,12 +79,15 @@ class Journal:
                 raise LockedError(str(self.root.parent), str(self.root / "lock")) from None
             raise
         self._lock_fd = fd
+        _LOCK_HOLDERS.add(self)
 
     def unlock(self) -> None:
-        """Release the lock (also released when the process dies)."""
+        """Release the lock (also released when the process dies); in a forked child, close the
+        child's copy of the descriptor (the lock ends when no process holds one)."""
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        _LOCK_HOLDERS.discard(self)
 
     def read_plan(self) -> Optional[Dict[str, Any]]:
         """The plan record of an earlier run, if any."""
@@ -205,3 +220,7 @@ def remove_outputs(dst: str, keep_lock: bool = False) -> None:
     shutil.rmtree(path / SHARDS_DIR, ignore_errors=True)
     if not keep_lock:
         shutil.rmtree(path / JOURNAL_DIR, ignore_errors=True)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_inherited_locks)

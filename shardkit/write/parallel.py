@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Optional
 from ..errors import ConversionError
 from .plan import ShardTask
 from .sink import ShardResult, SinkContext, write_shard_file
-from ..runtime.workers import run_in_workers
+from ..runtime.workers import run_in_workers, writer_start_method
 
 _WORKER_CTX: Optional[SinkContext] = None
 _WORKER_COUNTERS: Any = None
@@ -54,18 +54,19 @@ def _result_or_interrupt(result: Optional[ShardResult], on_result: Callable[[Sha
 
 def run_parallel(ctx: SinkContext, tasks: List[ShardTask], workers: int,
                  on_result: Callable[[ShardResult], None], on_progress: Callable[[int, int], None]) -> None:
-    """Write tasks in `workers` spawned processes, calling on_result in the parent as each ends
-    and on_progress between waits (where a Ctrl-C should be raised).
+    """Write tasks in `workers` processes (forked where that is safe, else spawned), calling
+    on_result in the parent as each ends and on_progress between waits (where a Ctrl-C should be raised).
 
     Any exception (from a shard, from on_result or on_progress) stops every worker before it
     propagates; a worker that dies abruptly becomes a ConversionError.
     """
-    counters = multiprocessing.get_context("spawn").Array("q", 2)
+    start_method = writer_start_method()
+    counters = multiprocessing.get_context(start_method).Array("q", 2)
     try:
         run_in_workers(_write_in_worker, tasks, workers,
                        on_done=lambda _, result: _result_or_interrupt(result, on_result),
                        poll=lambda: on_progress(counters[0], counters[1]),
-                       initializer=_init_worker, initargs=(ctx, counters))
+                       initializer=_init_worker, initargs=(ctx, counters), start_method=start_method)
     except BrokenProcessPool:
         raise ConversionError("a worker process died unexpectedly (out of memory, or killed); "
                               "finished shards are kept — run the same command with --resume",

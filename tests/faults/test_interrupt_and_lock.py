@@ -56,7 +56,7 @@ def _temps(dst: Path) -> List[str]:
 
 
 def _workers_of(pid: int) -> List[int]:
-    """Spawned pool workers of pid (not the resource tracker)."""
+    """Pool workers of pid, forked or spawned (not the resource tracker)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != pid:
@@ -67,7 +67,7 @@ def _workers_of(pid: int) -> List[int]:
                     ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
             except OSError:
                 continue
-            if ppid == pid and b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
+            if ppid == pid and b"resource_tracker" not in cmdline:
                 found.append(int(entry))
     return found
 
