@@ -8,7 +8,7 @@ from __future__ import annotations
 import abc
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple, Type
 
 import numpy as np
 
@@ -62,6 +62,13 @@ class ShardWriter(abc.ABC):
             pass
 
 
+class Rows(Protocol):
+    """What rows() gives: payload by local index (an ndarray is one), or None for a row a row
+    source can no longer give."""
+
+    def __getitem__(self, index: int) -> Any: ...
+
+
 class ShardReader(abc.ABC):
     """Random access to one shard's samples; raises CorruptShardError on a bad structure."""
 
@@ -98,9 +105,11 @@ class ShardReader(abc.ABC):
         CRC32 come from the dataset's sample table (a format with tables reads nothing else)."""
         return self.read(index).payload
 
-    def rows(self) -> Optional[np.ndarray]:
-        """Every payload as one read-only (count, *shape) array when they are fixed-shape rows
-        stored plainly back to back (payload(i) is then rows()[i]); None otherwise."""
+    def rows(self) -> Optional["Rows"]:
+        """Every payload by local index when they are fixed-shape rows stored plainly (payload(i)
+        is then rows()[i]): one read-only (count, *shape) array of the shard's map, or a format's
+        own row source whose rows[i] is None once it can no longer give the row (its map closed:
+        the caller then reads through a reader); None otherwise."""
         return None
 
     def key(self, index: int) -> Optional[str]:

@@ -18,7 +18,7 @@ from ..read.openfiles import OPEN_FILES
 from ..integrity import OUT_OF_FILES, fd_path
 from ..records import Encoded
 from ..schema import SampleSchema
-from .base import ShardReader
+from .base import Rows, ShardReader
 from .keys import KeyTable
 from .lmdb_layout import (CRCS_KEY, FLAG_ZLIB, FORMAT_NAME, FORMAT_VERSION, KEY_BLOCKS_KEY, KEYS_KEY, LABELS_KEY,
                           MAX_META_BYTES, META_KEY, RECORD, RECORD_MAGIC, RECORD_VERSION, rows_per_block, sample_key,
@@ -86,6 +86,44 @@ def _acquire(path: str, readahead: bool, fd: Optional[int],
                          "allows one environment per file and process, so close the other dataset first "
                          f"to read it with readahead={readahead}", path=path)
     return key, shared
+
+
+class _BlockRows:
+    """The rows of an LMDB shard's blocks for reads that need nothing else of its reader: each row
+    copied out of LMDB's map under the environment's lock, as LMDBReader._row copies it (a view
+    could outlive the map, which has no Python object to pin it), through an array over its block
+    that this object keeps and touches only then; None once the environment is closed, and the
+    caller opens the shard again."""
+
+    __slots__ = ("_shared", "_blocks", "_per_block", "_count", "_width", "_dtype", "_look_up")
+
+    def __init__(self, reader: "LMDBReader", shared: _SharedEnv) -> None:
+        self._shared = shared
+        self._per_block, self._count, self._width = reader._per_block, reader._count, reader._width
+        #: Per block, its rows as an array over LMDB's map (made at its first read), valid only while
+        #: the environment is mapped: used under its lock alone.
+        self._blocks: List[Optional[np.ndarray]] = [None] * len(reader._block_addresses)
+        self._dtype = np.dtype((reader._row_dtype, tuple(reader._schema.shape)))
+        self._look_up = reader._block_address
+
+    def __getitem__(self, index: int) -> Optional[np.ndarray]:
+        block, position = divmod(index, self._per_block)
+        shared = self._shared
+        with shared.lock:       # no close unmaps the block during the copy
+            if not shared.mapped:
+                return None
+            rows = self._blocks[block]
+            if rows is None:
+                rows = self._blocks[block] = self._block(shared, block, index)
+            row = rows[position].copy()
+        row.flags.writeable = False         # read-only, as every reader's rows are
+        return row
+
+    def _block(self, shared: _SharedEnv, block: int, index: int) -> np.ndarray:
+        """The block's rows over the map, at the address its reader checked (held lock)."""
+        count = min(self._per_block, self._count - block * self._per_block)
+        memory = (ctypes.c_char * (count * self._width)).from_address(self._look_up(shared, block, index))
+        return np.frombuffer(memory, dtype=self._dtype, count=count)
 
 
 class LMDBReader(ShardReader):
@@ -297,6 +335,10 @@ class LMDBReader(ShardReader):
 
     def tables(self) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         return None if self._crcs is None else (self._labels, self._crcs)
+
+    def rows(self) -> Optional[Rows]:
+        shared = self._shared
+        return _BlockRows(self, shared) if self._per_block and shared is not None else None
 
     def key(self, index: int) -> Optional[str]:
         if self._keys is None:

@@ -12,9 +12,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
-import numpy as np
-
-from ..formats.base import ShardReader
+from ..formats.base import Rows, ShardReader
 from .openfiles import OPEN_FILES
 
 #: Kept free of shard descriptors and maps for the rest of the process (sockets, pipes, libraries).
@@ -86,7 +84,7 @@ class ShardHandles:
         self.capacity = capacity
         self.ready: "OrderedDict[int, ShardReader]" = OrderedDict()
         self.slots: List[Optional[ShardReader]] = [None] * shards
-        self.rows: List[Optional[np.ndarray]] = [None] * shards
+        self.rows: List[Optional[Rows]] = [None] * shards
         self._keys: Dict[int, Hashable] = {}
         self.generation = OPEN_FILES.generation
         #: This LRU's lock: its changes (and the registry calls between them) are one step for the

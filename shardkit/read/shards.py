@@ -193,9 +193,12 @@ class ShardRecords:
                 handles.ready.move_to_end(shard)
             except KeyError:            # another thread released it a moment ago: open it again
                 return None
+        payload = rows[local]
+        if payload is None:             # a row source whose map has closed since: open it again
+            return None
         table = self._table
         assert table is not None        # rows are published once the shard matched the table
-        encoded = Encoded(rows[local], table.labels.item(index), table.crcs.item(index))
+        encoded = Encoded(payload, table.labels.item(index), table.crcs.item(index))
         return self._checks.check(encoded, shard, local, index) if self.verify_checksums else encoded
 
     def read_encoded_many(self, indices: Sequence[Any]) -> List[Encoded]:

@@ -152,11 +152,48 @@ def test_rows_a_reader_gave_keep_its_map_after_it_closes(rows_dataset: Path, fmt
     under it (an array made with np.ndarray(buffer=map) holds none; its map then closes and the
     addresses go to the next maps, so the rows read other bytes)."""
     if fmt == "lmdb":
-        pytest.skip("LMDB rows live in LMDB's own map: its readers give no rows()")
+        pytest.skip("LMDB rows live in LMDB's own map and are copied out: "
+                    "test_lmdb_rows_are_copies_and_none_once_their_map_is_gone")
     out = subprocess.run([sys.executable, "-c", KEEPS_MAP, str(rows_dataset)], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "same"
+
+
+LMDB_ROWS = r"""
+import mmap, sys
+import shardkit
+from shardkit.read.openfiles import OPEN_FILES
+
+per_shard = int(sys.argv[2])
+ds = shardkit.open_dataset(sys.argv[1], decode=None)
+ds[per_shard]                                  # opens shard 1 and publishes its rows
+row = ds[per_shard + 1][0]                     # read through them
+rows = ds._handles.rows[1]
+assert type(rows).__name__ == "_BlockRows", type(rows)
+expected = rows[1].tobytes()
+assert row.tobytes() == expected and not row.flags.writeable
+OPEN_FILES.close_all()                         # closes the environment: LMDB unmaps the file
+spare = [mmap.mmap(-1, 1 << 16) for _ in range(256)]     # new maps that could take its addresses
+for one in spare:
+    one.write(b"\xff" * (1 << 16))
+print("none" if rows[1] is None else "a row")
+print("same" if row.tobytes() == expected else "changed")
+print("same" if ds[per_shard + 1][0].tobytes() == expected else "changed")
+"""
+
+
+def test_lmdb_rows_are_copies_and_none_once_their_map_is_gone(rows_dataset: Path, fmt: str) -> None:
+    """An LMDB shard's rows come from LMDB's own map, which no Python object pins: its row source
+    copies each row out under the environment's lock, so a row read earlier keeps its bytes once
+    the file is unmapped, and the source itself gives None then (never a read of the unmapped
+    block), after which the dataset opens the shard again."""
+    if fmt != "lmdb":
+        pytest.skip("HDF5 and PT rows are views that pin their map (the test above)")
+    out = subprocess.run([sys.executable, "-c", LMDB_ROWS, str(rows_dataset), str(PER_SHARD)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["none", "same", "same"]
 
 
 def test_threads_reading_under_a_small_budget_get_the_right_rows(rows_dataset: Path) -> None:
