@@ -89,41 +89,30 @@ def _acquire(path: str, readahead: bool, fd: Optional[int],
 
 
 class _BlockRows:
-    """The rows of an LMDB shard's blocks for reads that need nothing else of its reader: each row
-    copied out of LMDB's map under the environment's lock, as LMDBReader._row copies it (a view
-    could outlive the map, which has no Python object to pin it), through an array over its block
-    that this object keeps and touches only then; None once the environment is closed, and the
-    caller opens the shard again."""
+    """The rows of an LMDB shard's blocks, for its reader and for reads that need nothing else of
+    it: each row copied out of LMDB's map under the environment's lock (a view could outlive the
+    map, which has no Python object to pin it), at the block address the reader checked at the
+    block's first read (8 bytes a block); None once the environment is closed, and the caller
+    opens the shard again."""
 
-    __slots__ = ("_shared", "_blocks", "_per_block", "_count", "_width", "_dtype", "_look_up")
+    __slots__ = ("_shared", "_addresses", "_per_block", "_width", "_dtype", "_look_up")
 
     def __init__(self, reader: "LMDBReader", shared: _SharedEnv) -> None:
         self._shared = shared
-        self._per_block, self._count, self._width = reader._per_block, reader._count, reader._width
-        #: Per block, its rows as an array over LMDB's map (made at its first read), valid only while
-        #: the environment is mapped: used under its lock alone.
-        self._blocks: List[Optional[np.ndarray]] = [None] * len(reader._block_addresses)
-        self._dtype = np.dtype((reader._row_dtype, tuple(reader._schema.shape)))
+        self._addresses = reader._block_addresses       # the reader's own: filled by _look_up
+        self._per_block, self._width = reader._per_block, reader._width
+        self._dtype = np.dtype((array_dtype(reader._schema), tuple(reader._schema.shape)))
         self._look_up = reader._block_address
 
     def __getitem__(self, index: int) -> Optional[np.ndarray]:
         block, position = divmod(index, self._per_block)
-        shared = self._shared
+        width, shared = self._width, self._shared
         with shared.lock:       # no close unmaps the block during the copy
             if not shared.mapped:
                 return None
-            rows = self._blocks[block]
-            if rows is None:
-                rows = self._blocks[block] = self._block(shared, block, index)
-            row = rows[position].copy()
-        row.flags.writeable = False         # read-only, as every reader's rows are
-        return row
-
-    def _block(self, shared: _SharedEnv, block: int, index: int) -> np.ndarray:
-        """The block's rows over the map, at the address its reader checked (held lock)."""
-        count = min(self._per_block, self._count - block * self._per_block)
-        memory = (ctypes.c_char * (count * self._width)).from_address(self._look_up(shared, block, index))
-        return np.frombuffer(memory, dtype=self._dtype, count=count)
+            address = self._addresses.item(block) or self._look_up(shared, block, index)
+            stored = ctypes.string_at(address + position * width, width)
+        return np.frombuffer(stored, dtype=self._dtype)[0]      # read-only, as every reader's rows are
 
 
 class LMDBReader(ShardReader):
@@ -143,9 +132,8 @@ class LMDBReader(ShardReader):
         #: Whether this shard's map uses OS readahead.
         self.readahead = shared.readahead
         self._per_block = 0
-        self._row_dtype = array_dtype(schema) if schema.is_array else None
         self._width = schema.sample_nbytes
-        self._flat_rows = schema.is_array and len(schema.shape) == 1
+        self._row_source: Optional[_BlockRows] = None     # fixed-shape rows in blocks: read through this
         #: Where each block of rows lies in the map (0: not looked up yet), so that a read after the
         #: first of its block is a copy out of the map with no B-tree lookup: 8 bytes a block.
         self._block_addresses = np.zeros(0, dtype=np.int64)
@@ -182,6 +170,7 @@ class LMDBReader(ShardReader):
                 reserved = 5 if self._per_block else 4
                 if self._per_block:
                     self._block_addresses = np.zeros(values, dtype=np.int64)
+                    self._row_source = _BlockRows(self, shared)
                 self._keyed = True
             if int(stat["entries"]) != values + reserved:
                 raise self._corrupt(f"{stat['entries']} entries for {count} samples")
@@ -299,18 +288,13 @@ class LMDBReader(ShardReader):
         return Encoded(self._row(index), self._labels.item(index), self._crcs.item(index))
 
     def _row(self, index: int) -> np.ndarray:
-        """The payload of a fixed-shape row (in range), copied out of its block while the map is
-        held: the block's address was taken from LMDB, its length checked, at its first read."""
-        block, position = divmod(index, self._per_block)
-        width = self._width
-        shared = self._env()
-        with shared.lock:       # as in read(); and no close unmaps the block during the copy
-            if not shared.mapped:
-                raise CorruptShardError("reader is closed", path=self._path)
-            address = self._block_addresses.item(block) or self._block_address(shared, block, index)
-            stored = ctypes.string_at(address + position * width, width)
-        rows = np.frombuffer(stored, dtype=self._row_dtype)
-        return rows if self._flat_rows else rows.reshape(self._schema.shape)
+        """The payload of a fixed-shape row (in range), copied out of its block by the shard's
+        row source; CorruptShardError once this reader is closed."""
+        self._env()
+        row = None if self._row_source is None else self._row_source[index]
+        if row is None:
+            raise CorruptShardError("reader is closed", path=self._path)
+        return row
 
     def _block_address(self, shared: _SharedEnv, block: int, index: int) -> int:
         """Where block lies in the map, after checking that it holds its rows' bytes (held lock)."""
@@ -337,8 +321,7 @@ class LMDBReader(ShardReader):
         return None if self._crcs is None else (self._labels, self._crcs)
 
     def rows(self) -> Optional[Rows]:
-        shared = self._shared
-        return _BlockRows(self, shared) if self._per_block and shared is not None else None
+        return self._row_source if self._shared is not None else None
 
     def key(self, index: int) -> Optional[str]:
         if self._keys is None:

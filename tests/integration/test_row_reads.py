@@ -196,6 +196,22 @@ def test_lmdb_rows_are_copies_and_none_once_their_map_is_gone(rows_dataset: Path
     assert out.stdout.split() == ["none", "same", "same"]
 
 
+def test_a_row_source_closed_under_another_thread_sends_the_read_to_the_reader(
+        rows_dataset: Path, fmt: str) -> None:
+    """A thread can take a shard's LMDB row source just before another thread's eviction closes its
+    environment: the read then finds the source closed and goes through the (reopened) reader."""
+    if fmt != "lmdb":
+        pytest.skip("HDF5 and PT rows are views that pin their map")
+    OPEN_FILES.close_all()
+    with shardkit.open_dataset(rows_dataset, decode=None) as ds:
+        ds[PER_SHARD]
+        stale = ds._handles.rows[1]
+        OPEN_FILES.close_all()                  # its environment closes
+        ds[PER_SHARD]                           # shard 1 open again, its rows published anew
+        ds._handles.rows[1] = stale             # what the other thread still holds
+        assert ds[PER_SHARD + 1][0].tolist() == list(_value(PER_SHARD + 1))
+
+
 def test_threads_reading_under_a_small_budget_get_the_right_rows(rows_dataset: Path) -> None:
     """Four threads read one dataset in random orders while its budget of 2 evicts shards under
     them: every read gives the row written, and no read fails."""
