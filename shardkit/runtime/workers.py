@@ -166,18 +166,18 @@ def stop_pool(pool: ProcessPoolExecutor) -> List[Optional[int]]:
         if process.is_alive():
             process.kill()
             process.join()
-    # Its manager thread closes a wake-up pipe as it ends; an interpreter exit that wakes it at
-    # that moment prints a 'Bad file descriptor' traceback, so let it end first, and if a loaded
-    # machine keeps it from ending in time, take it out of the exit hook's list of threads to wake
-    # (it needs no waking: its workers are gone, and the exit still waits for it to end).
+    # Its manager thread closes a wake-up pipe as it ends, and the interpreter's exit hook writes
+    # to that pipe to wake it: after a stop that write has printed a 'Bad file descriptor'
+    # traceback (seen with forked workers on a loaded machine). Let the thread end, then take it
+    # out of the hook's list: it needs no waking once its workers are gone, and the exit still
+    # waits for it to end.
     manager = getattr(pool, "_executor_manager_thread", None)
     if manager is not None:
         manager.join(STOP_GRACE)
-        if manager.is_alive():
-            import concurrent.futures.process as pool_module
-            wakeups = getattr(pool_module, "_threads_wakeups", None)
-            if wakeups is not None:
-                wakeups.pop(manager, None)
+        import concurrent.futures.process as pool_module
+        wakeups = getattr(pool_module, "_threads_wakeups", None)
+        if wakeups is not None:
+            wakeups.pop(manager, None)
     return [process.exitcode for process in processes]
 
 
