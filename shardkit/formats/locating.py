@@ -6,11 +6,10 @@ ranges (the format library's own metadata) unchanged since the writer recorded t
 """
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import zlib
-from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -101,15 +100,25 @@ def map_file(fd: int, size: int) -> mmap.mmap:
     return view
 
 
-@contextlib.contextmanager
-def opened(path: str, fd: Optional[int]) -> Iterator[int]:
-    """fd when the caller opened (and checked) the file already, else a read-only descriptor of
-    path closed on exit: the located formats read through whichever they are given."""
-    if fd is not None:
-        yield fd
-        return
-    own = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        yield own
-    finally:
-        os.close(own)
+class opened:
+    """`with opened(path, fd) as descriptor`: fd when the caller opened (and checked) the file
+    already, else a read-only descriptor of path closed on exit: the located formats read through
+    whichever they are given. A class, not a generator context manager, which costs several us of
+    every shard's first open."""
+
+    __slots__ = ("_path", "_fd", "_own")
+
+    def __init__(self, path: str, fd: Optional[int]) -> None:
+        self._path, self._fd = path, fd
+        self._own: Optional[int] = None
+
+    def __enter__(self) -> int:
+        if self._fd is not None:
+            return self._fd
+        own = self._own = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return own
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._own is not None:
+            os.close(self._own)
+            self._own = None
