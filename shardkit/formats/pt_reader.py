@@ -154,8 +154,10 @@ class PTReader(TableShardReader):
         offsets, raw, crcs = arrays["offsets"], arrays["raw_lengths"], arrays["crc32"]
         if len(offsets) != count + 1 or len(raw) != count or len(arrays["labels"]) != count or len(crcs) != count:
             raise self._corrupt("tensor lengths do not match num_samples")
-        problem = None
         stored = offsets[1:] - offsets[:-1]      # np.diff's checks cost more than the subtraction
+        if self._plain_rows(offsets, stored, raw, crcs, len(arrays["data"])):
+            return
+        problem = None
         if offsets[0] != 0 or offsets[-1] != len(arrays["data"]) or (count and stored.min() < 0):
             problem = "offsets are not increasing within the data"
         elif count and (raw.min() < 0 or crcs.min() < 0 or crcs.max() > 0xFFFFFFFF):
@@ -166,6 +168,20 @@ class PTReader(TableShardReader):
             problem = "stored and raw lengths differ in an uncompressed shard"
         if problem:
             raise self._corrupt(problem)
+
+    def _plain_rows(self, offsets: np.ndarray, stored: np.ndarray, raw: np.ndarray, crcs: np.ndarray,
+                    data_bytes: int) -> bool:
+        """Whether uncompressed fixed-shape rows pass every check of _check_tables, in the fewest
+        array passes (each costs microseconds on a small shard, paid by every first open): each
+        stored and raw length is the schema's (so none is negative and they agree), the offsets
+        start at 0 (so they increase by it to count rows' bytes, which the data holds) and every CRC
+        fits 32 bits. False: the full checks name what is wrong."""
+        schema = self._schema
+        if not schema.is_array or schema.compression != "none" or not len(raw):
+            return False
+        nbytes = schema.sample_nbytes
+        return (offsets[0] == 0 and data_bytes == len(raw) * nbytes and not (stored != nbytes).any()
+                and not (raw != nbytes).any() and not (crcs >> 32).any())
 
     def _payload(self, index: int) -> Payload:
         stored = self._data[self._offsets[index]:self._offsets[index + 1]]

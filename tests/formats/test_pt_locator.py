@@ -7,6 +7,7 @@ import struct
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pytest
 import torch
 
@@ -98,6 +99,56 @@ def test_a_crafted_locator_is_refused_naming_the_shard(tmp_path: Path, case: str
     with pytest.raises(CorruptShardError, match=message) as caught:
         ds[0]
     assert "shard-00000.pt: corrupt .pt shard: locator" in str(caught.value)
+
+
+#: Edits of a fixed-shape shard's tensors (bytes its locator does not cover): (tensor, sample, value,
+#: what the refusal says); sample None adds value to every entry. Offsets shifted by one make two
+#: lengths differ from the raw ones; all of them shifted keep every length right.
+TABLE_EDITS = {"raw_length": ("raw_lengths", 1, 9, "array payloads are not 8 bytes"),
+               "negative_raw_length": ("raw_lengths", 0, -8, "negative lengths"),
+               "offset_shifted": ("offsets", 2, 17, "stored and raw lengths differ"),
+               "first_offset": ("offsets", 0, 4, "offsets are not increasing"),
+               "every_offset": ("offsets", None, 8, "offsets are not increasing"),
+               "crc_too_wide": ("crc32", 0, 1 << 33, "CRCs out of range"),
+               "negative_crc": ("crc32", 1, -1, "CRCs out of range")}
+
+
+@pytest.mark.parametrize("case", sorted(TABLE_EDITS))
+def test_fixed_shape_tables_that_disagree_are_refused_on_open(tmp_path: Path, case: str) -> None:
+    """A located reader checks a table shard's offsets, lengths and CRCs before a read (in one
+    pass when they are right): a damaged entry is refused, naming the shard and what is wrong."""
+    tensor, sample, value, message = TABLE_EDITS[case]
+    dst = tmp_path / "pt-v3-tabular"
+    shutil.copytree(GOLDEN / "pt-v3-tabular", dst)
+    schema = shardkit.open_dataset(dst).manifest.schema
+    assert schema.is_array and schema.compression == "none" and schema.sample_nbytes == 8
+    shard = dst / "shards" / "shard-00000.pt"
+    locator, _ = locator_of(shard)
+    begin, size = locator.tables[tensor]
+    data = bytearray(shard.read_bytes())
+    table = np.frombuffer(data, dtype="<i8", count=size // 8, offset=begin)
+    if sample is None:
+        table += value
+    else:
+        table[sample] = value
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CorruptShardError, match=message) as caught:
+        PTReader(str(shard), schema)
+    assert "shard-00000.pt: corrupt .pt shard" in str(caught.value)
+
+
+def test_a_fixed_shape_data_tensor_shorter_than_its_rows_is_refused(tmp_path: Path) -> None:
+    """A locator (CRC32s right) whose data tensor is one row short of what the offsets say."""
+    dst = tmp_path / "pt-v3-tabular"
+    shutil.copytree(GOLDEN / "pt-v3-tabular", dst)
+    shard = dst / "shards" / "shard-00000.pt"
+
+    def shorten(locator: PTLocator) -> None:
+        offset, size = locator.tables["data"]
+        locator.tables["data"] = (offset, size - 8)
+    rewrite_locator(shard, shorten)
+    with pytest.raises(CorruptShardError, match="offsets are not increasing within the data"):
+        PTReader(str(shard), shardkit.open_dataset(dst).manifest.schema)
 
 
 @pytest.mark.parametrize("back", [1, 9, 20, 30])
