@@ -73,7 +73,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     dist.barrier()
     ds = WithIdentity(dst)
     sampler = shardkit.ShardAwareSampler(ds, seed=0)          # num_replicas and rank from torch.distributed
-    loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers)
+    # forkserver: a rank runs gloo's threads, and forking a process with threads (DataLoader's
+    # default on Linux) can leave a worker waiting for a lock that no thread of it will release
+    context = "forkserver" if args.workers else None
+    loader = torch.utils.data.DataLoader(ds, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers,
+                                         multiprocessing_context=context)
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(make_model(len(ds.images.classes)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
