@@ -26,6 +26,7 @@ Results and the machine they came from: docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import statistics
@@ -130,6 +131,11 @@ def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repea
     return results
 
 
+def _shown(value: float, spec: str, unit: str = "") -> str:
+    """value formatted by spec with its unit, or "-" when it was not measured (NaN: --no-quick)."""
+    return "-" if math.isnan(value) else f"{value:{spec}}{unit}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=100_000)
@@ -160,11 +166,11 @@ def main() -> None:
                       f"| {res['sampler'][count]:,.0f} "
                       f"| {res['loader'][count]:,.0f} | {res['persistent'][count]:,.0f} | {res['rss'][count]:.0f} "
                       f"| {res['open'][count]:.3f} "
-                      f"| {res['quick'][count]:.3f} | {convert} |")
+                      f"| {_shown(res['quick'][count], '.3f')} | {convert} |")
             print(f"| {fmt} | ratio | {res['uniform']['ratio']:.2f}x | {res['decoded']['ratio']:.2f}x "
                   f"| {res['sampler']['ratio']:.2f}x "
                   f"| {res['loader']['ratio']:.2f}x | {res['persistent']['ratio']:.2f}x | "
-                  f"| {res['open']['ratio']:.1f}x | {res['quick']['ratio']:.1f}x | |",
+                  f"| {res['open']['ratio']:.1f}x | {_shown(res['quick']['ratio'], '.1f', 'x')} | |",
                   flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
