@@ -2,6 +2,7 @@
 file (version 3, uncompressed), else through h5py after every structure check."""
 from __future__ import annotations
 
+import math
 import mmap
 import os
 from typing import Any, List, Optional, Sequence, Tuple
@@ -162,7 +163,7 @@ class HDF5Reader(TableShardReader):
             return None
         begin, nbytes = self._shift[0], self._count * self._row_bytes
         if begin < 0 or begin + nbytes > len(self._flat) or \
-                self._row_bytes != self._schema.sample_nbytes:      # (np.prod: 15 us of a first open)
+                self._row_bytes != self._dtype.itemsize * math.prod(self._schema.shape):   # np.prod: 15 us
             return None             # read() names the sample that lies outside the file
         return map_rows(self._mmap, self._dtype, self._schema.shape, self._count, begin)
 
