@@ -12,9 +12,12 @@ For each format, the same CSV rows are converted into --few shards and into --ma
   loader      samples per second through DataLoader(batch_size=256, num_workers=2, RandomSampler),
               decode=None, workers not persistent (each epoch's fresh workers open every shard
               again), last of --epochs epochs (the first warms the page cache)
-  persistent  the same with persistent_workers=True: the last epoch's workers opened their shards
-              in an earlier epoch
-  rss         the largest worker's resident memory during the timed epoch (MiB)
+  opened      the same after ds.open_shards() in the parent: the forked workers keep its map-only
+              readers (HDF5, PT) instead of opening the shards again (LMDB's they cannot keep)
+  persistent  the same as loader with persistent_workers=True: the last epoch's workers opened
+              their shards in an earlier epoch
+  private     the largest worker's private memory (Private_Clean + Private_Dirty of
+              /proc/self/smaps_rollup, MiB) over one more epoch of the loader, lazy / opened
 
 Rates are medians of --repeats, few and many interleaved within each repeat; the ratio many/few
 is the median of the per-repeat ratios, so machine noise hits both alike.
@@ -69,29 +72,38 @@ def read_rate(ds: Any, order: List[int]) -> float:
     return len(order) / (time.perf_counter() - started)
 
 
-def _count_in_worker(batch: list) -> "tuple[int, float]":
-    """collate_fn, run in the worker: (samples of the batch, the worker's resident memory in MiB)."""
-    with open("/proc/self/status") as handle:
-        rss = next((int(line.split()[1]) / 1024 for line in handle if line.startswith("VmRSS:")), 0.0)
-    return len(batch), rss
+def _count_in_worker(batch: list) -> int:
+    """collate_fn, run in the worker: the samples of the batch (nothing crosses back but that)."""
+    return len(batch)
 
 
-def loader_rate(dst: str, epochs: int, persistent: bool = False) -> "tuple[float, float]":
-    """(samples/s of the last epoch, largest worker RSS in MiB). Workers not persistent (PyTorch's
-    default): each epoch starts fresh ones, which open every shard they touch again."""
+def _private_in_worker(batch: list) -> float:
+    """collate_fn, run in the worker: its private memory in MiB (slow with many maps: untimed)."""
+    with open("/proc/self/smaps_rollup") as handle:
+        kinds = ("Private_Clean", "Private_Dirty")
+        return sum(int(line.split()[1]) for line in handle if line.startswith(kinds)) / 1024
+
+
+def loader_rate(dst: str, epochs: int, persistent: bool = False, open_first: bool = False) -> "tuple[float, float]":
+    """(samples/s of the last epoch, the largest worker private memory in MiB over one more epoch).
+    Workers not persistent (PyTorch's default): each epoch starts fresh ones, which open every shard
+    they touch again, but those the parent opened (open_first: ds.open_shards()) and they keep."""
     ds = shardkit.open_dataset(dst, decode=None)
-    loader = torch.utils.data.DataLoader(
-        ds, batch_size=256, num_workers=2, persistent_workers=persistent, collate_fn=_count_in_worker,
-        sampler=torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)))
-    rate, rss = 0.0, 0.0
+    if open_first:
+        ds.open_shards()
+
+    def loader(collate: Callable[[list], Any]) -> Any:
+        return torch.utils.data.DataLoader(
+            ds, batch_size=256, num_workers=2, persistent_workers=persistent, collate_fn=collate,
+            sampler=torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)))
+    timed_loader, rate = loader(_count_in_worker), 0.0
     for _ in range(epochs):
         started = time.perf_counter()
-        batches = list(loader)
-        rate = sum(count for count, _ in batches) / (time.perf_counter() - started)
-        rss = max(worker_rss for _, worker_rss in batches)
-    del loader
+        rate = sum(timed_loader) / (time.perf_counter() - started)
+    del timed_loader
+    private = 0.0 if persistent else max(loader(_private_in_worker))
     ds.close()
-    return rate, rss
+    return rate, private
 
 
 def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repeats: int,
@@ -101,7 +113,8 @@ def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repea
                                                        samples_per_shard=-(-rows // count), quiet=True))
                  for count in (few, many)}
     results: Dict[str, Any] = {"convert_ms_per_shard": 1000 * (convert_s[many] - convert_s[few]) / (many - few)}
-    names = ("open", "quick", "uniform", "decoded", "sampler", "loader", "persistent", "rss")
+    names = ("open", "quick", "uniform", "decoded", "sampler", "loader", "opened", "persistent", "private",
+             "private_opened")
     samples: Dict[str, Dict[int, List[float]]] = {name: {few: [], many: []} for name in names}
     rng = np.random.default_rng(0)
     for _ in range(repeats):
@@ -119,9 +132,10 @@ def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repea
             sampler = shardkit.ShardAwareSampler(ds, seed=0)
             samples["sampler"][count].append(read_rate(ds, list(sampler)[:reads]))
             ds.close()
-            rate, rss = loader_rate(dst, epochs)
-            samples["loader"][count].append(rate)
-            samples["rss"][count].append(rss)
+            for name, open_first in (("loader", False), ("opened", True)):
+                rate, private = loader_rate(dst, epochs, open_first=open_first)
+                samples[name][count].append(rate)
+                samples["private_opened" if open_first else "private"][count].append(private)
             samples["persistent"][count].append(loader_rate(dst, max(2, epochs), persistent=True)[0])
     for name, by_count in samples.items():
         if not by_count[few]:
@@ -154,22 +168,23 @@ def main() -> None:
         write_csv(csv, args.rows)
         print(f"{args.rows} rows, {args.few} vs {args.many} shards, {os.cpu_count()} CPUs, load average "
               f"{os.getloadavg()[0]:.1f}")
-        print("| format | shards | uniform /s | decoded /s | sampler /s | loader /s | persistent loader /s "
-              "| worker RSS MiB | open_dataset s | verify --quick s | convert ms/shard |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| format | shards | uniform /s | decoded /s | sampler /s | loader /s | loader after open_shards /s "
+              "| persistent loader /s | worker private MiB | open_dataset s | verify --quick s | convert ms/shard |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for fmt in args.formats:
             res = measure(fmt, csv, work, args.rows, args.few, args.many, args.repeats, args.reads, args.epochs,
                           not args.no_quick)
             for count in (args.few, args.many):
                 convert = f"{res['convert_ms_per_shard']:.2f}" if count == args.many else ""
                 print(f"| {fmt} | {count:,} | {res['uniform'][count]:,.0f} | {res['decoded'][count]:,.0f} "
-                      f"| {res['sampler'][count]:,.0f} "
-                      f"| {res['loader'][count]:,.0f} | {res['persistent'][count]:,.0f} | {res['rss'][count]:.0f} "
+                      f"| {res['sampler'][count]:,.0f} | {res['loader'][count]:,.0f} | {res['opened'][count]:,.0f} "
+                      f"| {res['persistent'][count]:,.0f} "
+                      f"| {res['private'][count]:.0f} / {res['private_opened'][count]:.0f} "
                       f"| {res['open'][count]:.3f} "
                       f"| {_shown(res['quick'][count], '.3f')} | {convert} |")
             print(f"| {fmt} | ratio | {res['uniform']['ratio']:.2f}x | {res['decoded']['ratio']:.2f}x "
-                  f"| {res['sampler']['ratio']:.2f}x "
-                  f"| {res['loader']['ratio']:.2f}x | {res['persistent']['ratio']:.2f}x | "
+                  f"| {res['sampler']['ratio']:.2f}x | {res['loader']['ratio']:.2f}x | {res['opened']['ratio']:.2f}x "
+                  f"| {res['persistent']['ratio']:.2f}x | "
                   f"| {res['open']['ratio']:.1f}x | {_shown(res['quick']['ratio'], '.1f', 'x')} | |",
                   flush=True)
     finally:

@@ -52,6 +52,7 @@ class HDF5Reader(TableShardReader):
         self._keys: Optional[KeyTable] = None
         if located and self._open_located():
             self._fd = None
+            self.inheritable = True
             return
         disable_filter_plugins()
         try:
@@ -73,6 +74,7 @@ class HDF5Reader(TableShardReader):
                 # Everything a read needs is mapped or in memory: the map's descriptor is the only one.
                 self._file.close()
                 self._file = self._data = None
+                self.inheritable = True
         except CorruptShardError:
             self.close()
             raise

@@ -2,8 +2,8 @@
 
 Readers live in `openfiles.OPEN_FILES`, keyed by file identity and the reader's options, so two
 datasets over the same files share one reader; each dataset keeps its own LRU of at most
-`max_open_shards` of them, and evicting from it releases only its own reference. Nothing
-crosses a fork: the registry's generation changes in a child, and every LRU then starts empty.
+`max_open_shards` of them, and evicting from it releases only its own reference. In a forked
+child an LRU keeps the inheritable readers (a read-only map and nothing else) and forgets the rest.
 """
 from __future__ import annotations
 
@@ -106,9 +106,25 @@ class ShardHandles:
         never cross processes."""
         return ShardHandles, (self.capacity, len(self.slots))
 
-    def after_fork(self) -> None:
-        """In a forked child: a lock that a thread of the parent held at the fork would stay held."""
+    def inheritable_keys(self) -> List[Hashable]:
+        """Registry keys of this LRU's ready readers that a forked child may keep (their
+        `inheritable`), one per shard (each holds one reference), asked while the fork holds the lock."""
+        return [self._keys[shard] for shard, reader in self.ready.items()
+                if reader.inheritable and self.slots[shard] is reader and OPEN_FILES.owns(self._keys[shard], reader)]
+
+    def after_fork(self, kept: bool) -> None:
+        """In a forked child: a new lock (one that a thread of the parent held at the fork would stay
+        held), and of the readers inherited, those the registry kept for this LRU (kept: it stood
+        still at the fork and was up to date); the rest are the parent's, forgotten, not released."""
         self.lock = threading.RLock()
+        if not kept:
+            self.forget()
+            return
+        for shard in [shard for shard, reader in self.ready.items() if not OPEN_FILES.owns(self._keys[shard], reader)]:
+            del self.ready[shard]
+            del self._keys[shard]
+            self.slots[shard] = self.rows[shard] = None
+        self.generation = OPEN_FILES.generation
 
     def _get(self, shard: int, options_key: Hashable, open_fd: Callable[[], int],
              open_reader: Callable[[int], ShardReader]) -> ShardReader:
@@ -186,6 +202,7 @@ class ShardHandles:
 
 
 def worker_init_fn(worker_id: int) -> None:
-    """DataLoader worker_init_fn: drop any handle the worker inherited; it opens its own lazily."""
+    """DataLoader worker_init_fn: set aside what the worker inherited (but the map-only readers a
+    fork keeps, see ShardDataset.open_shards); it opens the rest lazily."""
     del worker_id
     len(OPEN_FILES)     # notices the new process id and forgets the parent's objects

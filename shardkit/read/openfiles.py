@@ -2,8 +2,10 @@
 
 Every open shard object of a process (a dataset's reader, an LMDB environment) is held here once
 per (st_dev, st_ino, kind), reference counted, so that two datasets over the same files share
-one handle and each releases only its own reference. Nothing here crosses a fork: in a child
-the registry starts empty; objects inherited from the parent are closed with
+one handle and each releases only its own reference. Across a fork, a child keeps the readers that
+are `inheritable` (a read-only map and nothing else: located HDF5 and .pt shards), so DataLoader
+workers forked from a process that opened its shards (`ShardDataset.open_shards`) need not open
+them again. Everything else starts anew in the child: inherited objects are closed with
 `close_inherited()` when they have one (LMDB refuses a second environment on a file in one
 process) and otherwise kept alive untouched (closing a parent's handle can disturb the parent).
 """
@@ -11,11 +13,15 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
-from typing import Any, Callable, Dict, Hashable, List, Tuple
+from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
 #: (st_dev, st_ino): the same file whatever path names it.
 FileIdentity = Tuple[int, int]
+#: How long a fork waits for other threads to leave the registry and the datasets' LRUs, so the
+#: child sees them whole; a part still busy then is forgotten in the child instead of kept.
+FORK_WAIT_S = 0.2
 
 
 def file_identity(path: str) -> FileIdentity:
@@ -47,9 +53,14 @@ class OpenFiles:
         #: Holders whose forget() close_all calls: what they keep of a closed object (a dataset's
         #: published rows, views of a shard's map) must not keep that map alive.
         self._holders: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        #: Set by _before_fork for the fork under way: the holders whose locks it took, and whether it
+        #: took the registry's (each then stood still at the fork: the child may keep what it holds).
+        self._quiet: List[Any] = []
+        self._quiet_registry = False
 
     def watch(self, holder: Any) -> None:
-        """Have close_all() call holder.forget(), and a forked child holder.after_fork() (held
+        """Have close_all() call holder.forget(), a fork take and give back holder.lock, and a forked
+        child keep what holder.inheritable_keys() names, then call holder.after_fork(kept) (held
         weakly)."""
         self._holders.add(holder)
 
@@ -98,27 +109,64 @@ class OpenFiles:
         for holder in holders:      # outside the lock: a holder takes its own lock, then this one
             holder.forget()
 
-    def _forget_inherited(self) -> None:
+    def owns(self, key: Hashable, obj: Any) -> bool:
+        """Whether obj is this process's open object for key (a forked child's holder asks which of
+        the readers it inherited the registry kept)."""
+        entry = self._entries.get(key)
+        return entry is not None and entry[0] is obj
+
+    def _forget_inherited(self, keep: Optional[Dict[Hashable, int]] = None) -> None:
+        """In a new process: set aside every object of the parent but those keyed in keep, which
+        stay this process's own with the users keep counts (the holders that still refer to them)."""
         if self._pid == os.getpid():
             return
-        for obj, _ in self._entries.values():
+        keep = keep or {}
+        kept: Dict[Hashable, List[Any]] = {}
+        for key, entry in self._entries.items():
+            obj = entry[0]
+            if key in keep:
+                kept[key] = [obj, keep[key]]
+                continue
             close_inherited = getattr(obj, "close_inherited", None)
             if close_inherited is not None:
                 close_inherited()
             else:
                 self._inherited.append(obj)
                 self._inherited_holding += holds_files(obj)
-        self._entries = {}
-        self._holding = 0
+        self._entries = kept
+        self._holding = sum(holds_files(entry[0]) for entry in kept.values())
         self._pid = os.getpid()
         self.generation += 1
+
+    def _before_fork(self) -> None:
+        """Wait (FORK_WAIT_S at most) for other threads to leave each holder's lock and the
+        registry's, and hold them over the fork, so the child inherits none of them mid-change."""
+        deadline = time.monotonic() + FORK_WAIT_S
+        self._quiet = [holder for holder in list(self._holders)
+                       if holder.lock.acquire(timeout=max(0.0, deadline - time.monotonic()))]
+        self._quiet_registry = self._lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+
+    def _after_fork_in_parent(self) -> None:
+        if self._quiet_registry:
+            self._lock.release()
+        for holder in self._quiet:
+            holder.lock.release()
+        self._quiet, self._quiet_registry = [], False
 
     def _after_fork_in_child(self) -> None:
         # A lock held by another thread at fork time would stay held in the child forever.
         self._lock = threading.RLock()
-        self.generation += 1
+        current = self.generation       # what a holder still up to date with the registry has
+        quiet = [holder for holder in self._quiet if holder.generation == current] if self._quiet_registry else []
+        self._quiet, self._quiet_registry = [], False
+        keep: Dict[Hashable, int] = {}
+        for holder in quiet:
+            for key in holder.inheritable_keys():
+                keep[key] = keep.get(key, 0) + 1
+        self._forget_inherited(keep)
+        kept = {id(holder) for holder in quiet}
         for holder in list(self._holders):
-            holder.after_fork()
+            holder.after_fork(id(holder) in kept)
 
     def held(self) -> int:
         """How many open objects of this process keep a descriptor or a map (each at most one of
@@ -135,4 +183,5 @@ class OpenFiles:
 
 OPEN_FILES = OpenFiles()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=OPEN_FILES._after_fork_in_child)
+    os.register_at_fork(before=OPEN_FILES._before_fork, after_in_parent=OPEN_FILES._after_fork_in_parent,
+                        after_in_child=OPEN_FILES._after_fork_in_child)

@@ -34,7 +34,8 @@ class ShardRecords:
 
     Readers are opened lazily per process and kept in a bounded LRU of this object's own
     (`max_open_shards`, default from the process's descriptor and map limits); they never cross
-    a fork or a pickle. `close()` (or a `with` block) releases them; reading again reopens lazily.
+    a pickle, and a fork only when they are map-only (`open_shards`). `close()` (or a `with` block)
+    releases them; reading again reopens lazily.
     """
 
     #: The format a subclass insists on (None: any).
@@ -131,6 +132,16 @@ class ShardRecords:
             if self._by_rows:
                 handles.publish_rows(shard, reader)
         return reader
+
+    def open_shards(self) -> int:
+        """Open and check the first max_open_shards shards (every shard when they fit) in this
+        process now, as their first reads would; returns how many are ready. DataLoader workers
+        forked afterwards start with the map-only ones (uncompressed HDF5 and .pt shards) ready,
+        instead of opening each shard again every epoch when their workers are not persistent."""
+        count = min(len(self._paths), self.max_open_shards, process_budget())
+        for shard in range(count):
+            self.reader(shard)
+        return len(self._handles)
 
     def _sample_table(self) -> SampleTable:
         """The dataset's sample table, mapped once per process."""

@@ -21,12 +21,13 @@ import shardkit
 from shardkit.read.handles import default_max_open_shards
 
 ds = shardkit.open_dataset(sys.argv[1], decode=None)
+opened = ds.open_shards() if sys.argv[2] == "open_shards" else 0     # the workers inherit these
 loader = torch.utils.data.DataLoader(
     ds, batch_size=64, num_workers=2, collate_fn=lambda batch: [(bytes(memoryview(p)), l) for p, l in batch],
     sampler=torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)))
 seen = sorted(sample for batch in loader for sample in batch)
 single = sorted((bytes(memoryview(ds[i][0])), ds[i][1]) for i in torch.randperm(len(ds)).tolist())
-print(json.dumps({{"budget": ds.max_open_shards, "default": default_max_open_shards(),
+print(json.dumps({{"budget": ds.max_open_shards, "default": default_max_open_shards(), "opened": opened,
                   "seen": [[p.hex(), l] for p, l in seen], "single": [[p.hex(), l] for p, l in single]}}))
 """
 
@@ -38,18 +39,22 @@ def rows_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.parametrize("parent", ["lazy", "open_shards"])
 def test_random_reads_over_many_shards_stay_within_the_descriptor_limit(
-        rows_csv: Path, tmp_path: Path, fmt: str) -> None:
+        rows_csv: Path, tmp_path: Path, fmt: str, parent: str) -> None:
+    """Under open_shards the parent holds its whole budget when it forks the workers, who keep
+    those readers (map-only formats) and open the rest within the same limit."""
     dst = tmp_path / "many"
     shardkit.convert(str(rows_csv), str(dst), format=fmt, label_column="label", samples_per_shard=2, quiet=True)
     with shardkit.open_dataset(dst, decode=None) as ds:
         assert len(ds.manifest.shards) == SHARDS
         expected = sorted([bytes(memoryview(ds[i][0])).hex(), ds[i][1]] for i in range(len(ds)))
-    out = subprocess.run([sys.executable, "-c", READER.format(limit=LIMIT), str(dst)], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", READER.format(limit=LIMIT), str(dst), parent], capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout)
     assert got["budget"] == got["default"] < LIMIT
+    assert got["opened"] == (got["budget"] if parent == "open_shards" else 0)
     assert got["seen"] == expected            # every sample exactly once, through 2 workers
     assert got["single"] == expected          # and one by one in the main process
 

@@ -1,7 +1,7 @@
-"""Shard readers: one per file in a process, each dataset with its own LRU and close(), none across a fork."""
+"""Shard readers: one per file in a process, each dataset with its own LRU and close() (across a fork:
+tests/integration/test_fork_inheritance.py)."""
 from __future__ import annotations
 
-import multiprocessing
 from pathlib import Path
 
 import shardkit
@@ -49,18 +49,3 @@ def test_close_releases_only_its_own_references(dataset_dir: Path) -> None:
     assert [first[i] for i in range(0, 120, 7)] == expected        # reading after close reopens
     first.close()
     assert len(HANDLES) == 0
-
-
-def _child_check(ds: shardkit.ShardDataset, parent_reader: object, expected: object) -> None:
-    ok = ds.reader(0) is not parent_reader and ds[0] == expected
-    raise SystemExit(0 if ok else 3)
-
-
-def test_forked_child_opens_its_own_reader(dataset_dir: Path) -> None:
-    ds = shardkit.open_dataset(dataset_dir, decode=None)
-    expected = ds[0]
-    child = multiprocessing.get_context("fork").Process(target=_child_check, args=(ds, ds.reader(0), expected))
-    child.start()
-    child.join(60)
-    assert child.exitcode == 0
-    HANDLES.close_all()

@@ -1,0 +1,169 @@
+"""Readers across a fork: a child keeps the map-only readers its parent opened (open_shards) and
+opens everything else itself; DataLoader workers forked after open_shards open no shard file."""
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from pathlib import Path
+from typing import Any, List, Optional
+
+import pytest
+import torch.utils.data
+
+import shardkit
+from shardkit.read.openfiles import OPEN_FILES
+
+ROWS, PER_SHARD = 60, 4
+#: Formats whose uncompressed shards a reader serves from one map and nothing else.
+MAP_ONLY = ("hdf5", "pt")
+
+
+@pytest.fixture()
+def rows_dataset(tmp_path: Path, fmt: str) -> Path:
+    csv = tmp_path / "rows.csv"
+    csv.write_text("a,b,label\n" + "".join(f"{i},{i * 0.25},c{i % 3}\n" for i in range(ROWS)))
+    dst = tmp_path / "ds"
+    shardkit.convert(str(csv), str(dst), format=fmt, label_column="label", samples_per_shard=PER_SHARD, quiet=True)
+    return dst
+
+
+def _values(ds: Any) -> List[Any]:
+    return [(ds[i][0].tolist(), ds[i][1]) for i in range(len(ds))]
+
+
+def _in_child(target: Any, *args: Any) -> int:
+    """Run target(*args) in a forked child; its exit code (0: every check held)."""
+    child = multiprocessing.get_context("fork").Process(target=target, args=args)
+    child.start()
+    child.join(60)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    assert child.exitcode is not None
+    return child.exitcode
+
+
+def _check_kept(ds: Any, parents: List[Any], expected: List[Any], kept: bool, held: Optional[int]) -> None:
+    same = [ds._handles.slots[shard] is reader for shard, reader in enumerate(parents)]
+    ok_before = same == [kept] * len(parents) and len(OPEN_FILES) == (len(parents) if kept else 0) \
+        and (held is None or OPEN_FILES.held() == held)     # the budget counts what the child kept
+    ok_reads = _values(ds) == expected
+    raise SystemExit(0 if ok_before and ok_reads else 3)
+
+
+def test_a_forked_child_keeps_the_map_only_readers_and_opens_the_rest(rows_dataset: Path, fmt: str) -> None:
+    OPEN_FILES.close_all()
+    ds = shardkit.open_dataset(rows_dataset, decode=None)
+    expected = _values(ds)
+    shards = len(ds.manifest.shards)
+    assert ds.open_shards() == shards
+    parents = [ds.reader(shard) for shard in range(shards)]
+    kept = fmt in MAP_ONLY
+    assert all(reader.inheritable == kept for reader in parents)
+    assert _in_child(_check_kept, ds, parents, expected, kept, OPEN_FILES.held() if kept else None) == 0
+    assert _values(ds) == expected and [ds.reader(shard) for shard in range(shards)] == parents
+    ds.close()
+
+
+def test_an_hdf5_reader_through_h5py_is_not_kept(tmp_path: Path, image_tree: Path) -> None:
+    """Compressed HDF5 shards are read through h5py, whose state a fork must not share."""
+    dst = tmp_path / "gz"
+    shardkit.convert(str(image_tree), str(dst), format="hdf5", compression="gzip", samples_per_shard=40, quiet=True)
+    OPEN_FILES.close_all()
+    ds = shardkit.open_dataset(dst, decode=None)
+    expected = [bytes(memoryview(ds[i][0])) for i in range(0, len(ds), 7)]
+    ds.open_shards()
+    parents = [ds.reader(shard) for shard in range(len(ds.manifest.shards))]
+    assert not any(reader.inheritable for reader in parents)
+    assert _in_child(_check_reopened_bytes, ds, parents, expected) == 0
+    ds.close()
+
+
+def _check_reopened_bytes(ds: Any, parents: List[Any], expected: List[bytes]) -> None:
+    fresh = not any(slot is reader for slot, reader in zip(ds._handles.slots, parents))
+    got = [bytes(memoryview(ds[i][0])) for i in range(0, len(ds), 7)]
+    raise SystemExit(0 if fresh and got == expected and all(
+        ds.reader(shard) is not reader for shard, reader in enumerate(parents)) else 3)
+
+
+def test_open_shards_stops_at_max_open_shards(rows_dataset: Path) -> None:
+    OPEN_FILES.close_all()
+    with shardkit.open_dataset(rows_dataset, decode=None, max_open_shards=3) as ds:
+        assert ds.open_shards() == 3
+        assert sorted(ds._handles.ready) == [0, 1, 2]
+
+
+def test_a_child_forked_while_a_thread_holds_the_lru_opens_its_own_readers(rows_dataset: Path, fmt: str) -> None:
+    """A fork that finds a dataset's LRU busy in another thread cannot know it whole: the child
+    forgets that dataset's readers (and opens them again) instead of keeping them."""
+    OPEN_FILES.close_all()
+    ds = shardkit.open_dataset(rows_dataset, decode=None)
+    expected = _values(ds)
+    ds.open_shards()
+    parents = [ds.reader(shard) for shard in range(len(ds.manifest.shards))]
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with ds._handles.lock:
+            held.set()
+            release.wait(60)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    try:
+        code = _in_child(_check_kept, ds, parents, expected, False, None)
+    finally:
+        release.set()
+        holder.join()
+    assert code == 0
+    ds.close()
+
+
+def _collate(batch: List[Any]) -> List[Any]:
+    return [(payload.tolist(), label) for payload, label in batch]
+
+
+def test_forked_workers_after_open_shards_open_no_shard_file(rows_dataset: Path, fmt: str) -> None:
+    """The shards move away after open_shards: non-persistent workers of two epochs still read
+    every sample (map-only formats), or fail naming the shard they could not open (LMDB)."""
+    OPEN_FILES.close_all()
+    ds = shardkit.open_dataset(rows_dataset, decode=None)
+    expected = sorted(_values(ds))
+    ds.open_shards()
+    (rows_dataset / "shards").rename(rows_dataset / "elsewhere")
+    loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2, collate_fn=_collate,
+                                         multiprocessing_context="fork",
+                                         sampler=torch.utils.data.RandomSampler(ds))
+    try:
+        if fmt in MAP_ONLY:
+            for _ in range(2):
+                assert sorted(sample for batch in loader for sample in batch) == expected
+        else:
+            with pytest.raises(shardkit.CorruptShardError, match=r"shard \d+"):
+                list(loader)
+    finally:
+        (rows_dataset / "elsewhere").rename(rows_dataset / "shards")
+        ds.close()
+
+
+def _close_one_of_two(first: Any, second: Any, shards: int, expected: List[Any]) -> None:
+    ok = len(OPEN_FILES) == shards
+    first.close()
+    ok = ok and len(OPEN_FILES) == shards and _values(second) == expected     # second still holds them
+    second.close()
+    raise SystemExit(0 if ok and len(OPEN_FILES) == 0 else 3)
+
+
+def test_a_child_keeps_one_reference_per_dataset_that_holds_a_kept_reader(rows_dataset: Path, fmt: str) -> None:
+    if fmt not in MAP_ONLY:
+        pytest.skip("LMDB readers are not kept across a fork")
+    OPEN_FILES.close_all()
+    first = shardkit.open_dataset(rows_dataset, decode=None)
+    second = shardkit.open_dataset(rows_dataset, decode=None)
+    expected = _values(first)
+    shards = first.open_shards()
+    second.open_shards()
+    assert _in_child(_close_one_of_two, first, second, shards, expected) == 0
+    assert _values(first) == _values(second) == expected    # the parent's references are its own
+    first.close()
+    second.close()
