@@ -53,10 +53,10 @@ class OpenFiles:
         #: Holders whose forget() close_all calls: what they keep of a closed object (a dataset's
         #: published rows, views of a shard's map) must not keep that map alive.
         self._holders: "weakref.WeakSet[Any]" = weakref.WeakSet()
-        #: Set by _before_fork for the fork under way: the holders whose locks it took, and whether it
-        #: took the registry's (each then stood still at the fork: the child may keep what it holds).
-        self._quiet: List[Any] = []
-        self._quiet_registry = False
+        #: Per forking thread, set by _before_fork for its fork under way: the holders whose locks it
+        #: took, and whether it took the registry's (each then stood still at the fork: the child may
+        #: keep what it holds). By thread, since two threads may fork at once.
+        self._forks: Dict[int, Tuple[List[Any], bool]] = {}
 
     def watch(self, holder: Any) -> None:
         """Have close_all() call holder.forget(), a fork take and give back holder.lock, and a forked
@@ -142,23 +142,24 @@ class OpenFiles:
         """Wait (FORK_WAIT_S at most) for other threads to leave each holder's lock and the
         registry's, and hold them over the fork, so the child inherits none of them mid-change."""
         deadline = time.monotonic() + FORK_WAIT_S
-        self._quiet = [holder for holder in list(self._holders)
-                       if holder.lock.acquire(timeout=max(0.0, deadline - time.monotonic()))]
-        self._quiet_registry = self._lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        quiet = [holder for holder in list(self._holders)
+                 if holder.lock.acquire(timeout=max(0.0, deadline - time.monotonic()))]
+        self._forks[threading.get_ident()] = quiet, self._lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
 
     def _after_fork_in_parent(self) -> None:
-        if self._quiet_registry:
+        quiet, registry = self._forks.pop(threading.get_ident(), ([], False))
+        if registry:
             self._lock.release()
-        for holder in self._quiet:
+        for holder in quiet:
             holder.lock.release()
-        self._quiet, self._quiet_registry = [], False
 
     def _after_fork_in_child(self) -> None:
         # A lock held by another thread at fork time would stay held in the child forever.
         self._lock = threading.RLock()
+        quiet, registry = self._forks.get(threading.get_ident(), ([], False))
+        self._forks = {}
         current = self.generation       # what a holder still up to date with the registry has
-        quiet = [holder for holder in self._quiet if holder.generation == current] if self._quiet_registry else []
-        self._quiet, self._quiet_registry = [], False
+        quiet = [holder for holder in quiet if holder.generation == current] if registry else []
         keep: Dict[Hashable, int] = {}
         for holder in quiet:
             for key in holder.inheritable_keys():

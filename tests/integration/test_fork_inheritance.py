@@ -167,3 +167,44 @@ def test_a_child_keeps_one_reference_per_dataset_that_holds_a_kept_reader(rows_d
     assert _values(first) == _values(second) == expected    # the parent's references are its own
     first.close()
     second.close()
+
+
+def test_two_threads_forking_at_once_each_give_back_only_their_own_locks(rows_dataset: Path) -> None:
+    """Two threads fork at once: the second's hook waits for the locks the first's holds, and each
+    gives back what its own hook took. The hooks run here in that interleaving, as os.fork runs
+    them; then a third thread must find every lock free."""
+    OPEN_FILES.close_all()
+    ds = shardkit.open_dataset(rows_dataset, decode=None)
+    ds.open_shards()
+    first_took, second_took, first_gave = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        OPEN_FILES._before_fork()
+        first_took.set()
+        second_took.wait(10)        # the second fork's hook has stored what it took (nothing)
+        OPEN_FILES._after_fork_in_parent()
+        first_gave.set()
+
+    def second() -> None:
+        first_took.wait(10)
+        OPEN_FILES._before_fork()   # times out on the locks the first holds
+        second_took.set()
+        first_gave.wait(10)
+        OPEN_FILES._after_fork_in_parent()
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    free: List[bool] = []
+
+    def try_locks() -> None:
+        for lock in (ds._handles.lock, OPEN_FILES._lock):
+            free.append(lock.acquire(timeout=1))
+            if free[-1]:
+                lock.release()
+    third = threading.Thread(target=try_locks)
+    third.start()
+    third.join(30)
+    assert free == [True, True], "a lock taken for a fork was never given back"
+    ds.close()
