@@ -24,8 +24,8 @@ class ShardDataset(ShardRecords, torch.utils.data.Dataset):
 
     The records come from ShardRecords (readers opened lazily per process, in a bounded LRU of
     this dataset's own, so the dataset pickles without them and works in DataLoader workers under
-    fork and spawn; `close()` or a `with` block releases them); this class decodes, transforms and
-    labels them.
+    fork and spawn; `open_shards()` opens them ahead for workers forked later, `close()` or a
+    `with` block releases them); this class decodes, transforms and labels them.
     """
 
     keywords = DATASET_OPTIONS
