@@ -124,15 +124,16 @@ def _collate(batch: List[Any]) -> List[Any]:
 
 
 def test_forked_workers_after_open_shards_open_no_shard_file(rows_dataset: Path, fmt: str) -> None:
-    """The shards move away after open_shards: non-persistent workers of two epochs still read
-    every sample (map-only formats), or fail naming the shard they could not open (LMDB)."""
+    """The shards move away after open_shards: non-persistent workers of two epochs (with
+    shardkit.worker_init_fn, which sets aside only what a child must not use) still read every
+    sample (map-only formats), or fail naming the shard they could not open (LMDB)."""
     OPEN_FILES.close_all()
     ds = shardkit.open_dataset(rows_dataset, decode=None)
     expected = sorted(_values(ds))
     ds.open_shards()
     (rows_dataset / "shards").rename(rows_dataset / "elsewhere")
     loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2, collate_fn=_collate,
-                                         multiprocessing_context="fork",
+                                         multiprocessing_context="fork", worker_init_fn=shardkit.worker_init_fn,
                                          sampler=torch.utils.data.RandomSampler(ds))
     try:
         if fmt in MAP_ONLY:
