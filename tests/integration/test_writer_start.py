@@ -84,7 +84,9 @@ def test_forked_and_spawned_writers_write_the_same_shards(tmp_path: Path, image_
 
 def test_a_forked_child_does_not_keep_dst_locked_after_its_parent_is_gone(tmp_path: Path) -> None:
     """The parent takes DST's lock, forks a child that lives on, and is killed: the lock must end
-    with the parent, or a --resume would be refused as long as a dying writer lingers."""
+    with the parent, or a --resume would be refused as long as a dying writer lingers. The parent
+    says "locked" only once the child runs, so the child's fork hooks have run by then (a loaded
+    machine may start the child late)."""
     dst = tmp_path / "dst"
     dst.mkdir()
     child_pid_file = tmp_path / "child.pid"
@@ -94,10 +96,14 @@ def test_a_forked_child_does_not_keep_dst_locked_after_its_parent_is_gone(tmp_pa
         journal = Journal({str(dst)!r})
         journal.lock()
         pid = os.fork()
-        if pid == 0:
+        if pid == 0:        # the fork's hooks have run once the child runs this
+            with open({str(child_pid_file)!r} + ".tmp", "w") as handle:
+                handle.write(str(os.getpid()))
+            os.rename({str(child_pid_file)!r} + ".tmp", {str(child_pid_file)!r})
             time.sleep(60)
             os._exit(0)
-        open({str(child_pid_file)!r}, "w").write(str(pid))
+        while not os.path.exists({str(child_pid_file)!r}):
+            time.sleep(0.01)
         print("locked", flush=True)
         time.sleep(60)
         """)], env=cli_env(), stdout=subprocess.PIPE, text=True)
