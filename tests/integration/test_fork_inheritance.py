@@ -209,3 +209,20 @@ def test_two_threads_forking_at_once_each_give_back_only_their_own_locks(rows_da
     third.join(30)
     assert free == [True, True], "a lock taken for a fork was never given back"
     ds.close()
+
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+def _kept_across_a_fork(name: str) -> bool:
+    """What docs/training.md promises: uncompressed HDF5 shards of every version, .pt from version 3."""
+    fmt, version = name.split("-")[:2]
+    if fmt == "hdf5":
+        return "gzip" not in name and "lzf" not in name
+    return fmt == "pt" and version == "v3"
+
+
+@pytest.mark.parametrize("name", sorted(path.name for path in GOLDEN.iterdir() if (path / "manifest.json").exists()))
+def test_which_readers_a_fork_keeps_by_format_and_version(name: str) -> None:
+    with shardkit.open_dataset(GOLDEN / name, decode=None) as ds:
+        assert ds.reader(0).inheritable == _kept_across_a_fork(name)
