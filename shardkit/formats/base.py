@@ -77,10 +77,13 @@ class ShardReader(abc.ABC):
     #: Whether the reader keeps a descriptor or a map of its own, which the process's open-shard
     #: budget counts (False: an object it shares, registered apart, holds the file).
     holds_files: bool = True
-    #: Whether a forked child may go on reading through this open reader: true only of a reader that
-    #: holds a read-only map and nothing else (no format library's state, no file position), which a
-    #: fork copies intact. The registry keeps such readers in a child (read/openfiles.py).
-    inheritable: bool = False
+
+    @property
+    def inheritable(self) -> bool:
+        """Whether a forked child may go on reading through this open reader: true only of a reader
+        that holds a read-only map and nothing else (no format library's state, no file position),
+        which a fork copies intact. The registry keeps such readers in a child (read/openfiles.py)."""
+        return False
 
     @abc.abstractmethod
     def __len__(self) -> int:

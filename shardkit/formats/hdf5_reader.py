@@ -52,7 +52,6 @@ class HDF5Reader(TableShardReader):
         self._keys: Optional[KeyTable] = None
         if located and self._open_located():
             self._fd = None
-            self.inheritable = True
             return
         disable_filter_plugins()
         try:
@@ -74,7 +73,6 @@ class HDF5Reader(TableShardReader):
                 # Everything a read needs is mapped or in memory: the map's descriptor is the only one.
                 self._file.close()
                 self._file = self._data = None
-                self.inheritable = True
         except CorruptShardError:
             self.close()
             raise
@@ -83,6 +81,12 @@ class HDF5Reader(TableShardReader):
             raise CorruptShardError(f"HDF5 shard is missing or damaged a dataset ({short_error(exc)})",
                                     path=path) from None
         self._fd = None
+
+    @property
+    def inheritable(self) -> bool:
+        """Read through its map alone: h5py closed once the data was mapped, or never opened (the
+        locator)."""
+        return self._file is None
 
     def _corrupt(self, problem: str) -> CorruptShardError:
         return CorruptShardError(f"corrupt HDF5 shard: {problem}", path=self._path)

@@ -81,13 +81,17 @@ class PTReader(TableShardReader):
         #: Uncompressed fixed-shape rows (each of the schema's length, back to back from offset 0, as
         #: _check_tables found) as one (count, *shape) view: a read indexes it.
         self._rows = None
-        #: Read through one map and nothing of torch's (a torch.load'ed shard holds torch storages).
-        self.inheritable = located_arrays is not None
         if schema.is_array and not self._compressed:
             if located_arrays is not None and self._map is not None:    # one array on the map itself
                 self._rows = map_rows(self._map, array_dtype(schema), schema.shape, self._count, self._data_offset)
             else:
                 self._rows = self._data.view(array_dtype(schema)).reshape((self._count, *schema.shape))
+
+    @property
+    def inheritable(self) -> bool:
+        """Read through its one map (located), nothing of torch's (a torch.load'ed shard holds torch
+        storages)."""
+        return self._map is not None
 
     def _corrupt(self, problem: str) -> CorruptShardError:
         return CorruptShardError(f"corrupt .pt shard: {problem}", path=self._path)
