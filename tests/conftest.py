@@ -1,9 +1,12 @@
 """Shared fixtures: small generated image trees and converted datasets, per format."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import threading
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
@@ -71,3 +74,23 @@ def files_in_dataset_order(root: Path, dst: Path) -> list:
     files = image_files(root)
     order = planned_order(len(files), load_manifest(str(dst)).order or {"kind": "source"})
     return files if order is None else [files[item] for item in order.tolist()]
+
+
+@contextlib.contextmanager
+def lru_held_by_another_thread(ds: Any) -> Iterator[None]:
+    """Another thread holds ds's LRU lock for the duration of the block (as a thread reading while
+    the process forks would), then lets it go."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with ds._handles.lock:
+            held.set()
+            release.wait(60)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join()

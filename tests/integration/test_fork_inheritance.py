@@ -13,6 +13,8 @@ import torch.utils.data
 import shardkit
 from shardkit.read.openfiles import OPEN_FILES
 
+from ..conftest import lru_held_by_another_thread
+
 ROWS, PER_SHARD = 60, 4
 #: Formats whose uncompressed shards a reader serves from one map and nothing else.
 MAP_ONLY = ("hdf5", "pt")
@@ -101,20 +103,8 @@ def test_a_child_forked_while_a_thread_holds_the_lru_opens_its_own_readers(rows_
     expected = _values(ds)
     ds.open_shards()
     parents = [ds.reader(shard) for shard in range(len(ds.manifest.shards))]
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with ds._handles.lock:
-            held.set()
-            release.wait(60)
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(10)
-    try:
+    with lru_held_by_another_thread(ds):
         code = _in_child(_check_kept, ds, parents, expected, False, None)
-    finally:
-        release.set()
-        holder.join()
     assert code == 0
     ds.close()
 

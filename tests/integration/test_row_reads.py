@@ -16,6 +16,8 @@ import torch
 import shardkit
 from shardkit.read.openfiles import OPEN_FILES
 
+from ..conftest import lru_held_by_another_thread
+
 SHARDS, PER_SHARD = 6, 5
 ROWS = SHARDS * PER_SHARD
 
@@ -250,30 +252,19 @@ def test_a_child_forked_while_a_thread_holds_the_dataset_lock_still_reads(rows_d
     """A thread of the parent holds the dataset's LRU lock when the process forks (a DataLoader
     forking its workers while a thread reads): the child makes its own lock and reads."""
     import multiprocessing
-    import threading
     OPEN_FILES.close_all()
     ds = shardkit.open_dataset(rows_dataset, decode=None)
     ds[0]
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with ds._handles.lock:
-            held.set()
-            release.wait(60)
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(10)
     try:
-        child = multiprocessing.get_context("fork").Process(target=_read_first, args=(ds, list(_value(0))))
-        child.start()
-        child.join(30)
-        alive = child.is_alive()
-        if alive:
-            child.kill()
-            child.join()
+        with lru_held_by_another_thread(ds):
+            child = multiprocessing.get_context("fork").Process(target=_read_first, args=(ds, list(_value(0))))
+            child.start()
+            child.join(30)
+            alive = child.is_alive()
+            if alive:
+                child.kill()
+                child.join()
     finally:
-        release.set()
-        holder.join()
         ds.close()
     assert not alive, "the child waited forever for a lock its parent's thread held at the fork"
     assert child.exitcode == 0
