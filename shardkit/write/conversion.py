@@ -320,8 +320,11 @@ def _run(ctx: SinkContext, tasks: List[ShardTask], options: RunOptions, already_
             bar.set(items, nbytes)
 
         if options.executor == "local" and (options.workers <= 1 or len(tasks) <= 1):
-            with CommitPipeline() as pipeline:
+            # Ctrl-C is raised by latch.check() between items and shards, never inside a format
+            # library's write (torch.save calling back into Python aborts the process on one).
+            with CommitPipeline() as pipeline, latch.deferred():
                 for task in tasks:
+                    latch.check()
                     written = write_shard_file(dataclasses.replace(ctx, max_errors=remaining()), task,
                                                progress=advance)
                     count_skipped(written.result)
