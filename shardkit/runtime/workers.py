@@ -153,6 +153,7 @@ def stop_pool(pool: ProcessPoolExecutor) -> List[Optional[int]]:
     the workers' exit statuses (where the pool still lists them)."""
     # The executor has no public way to end its workers before 3.14, nor to list them: its process table.
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)     # shutdown() below forgets it
     terminate = getattr(pool, "terminate_workers", None)   # Python 3.14+
     if terminate is not None:
         terminate()
@@ -171,7 +172,6 @@ def stop_pool(pool: ProcessPoolExecutor) -> List[Optional[int]]:
     # traceback (seen with forked workers on a loaded machine). Let the thread end, then take it
     # out of the hook's list: it needs no waking once its workers are gone, and the exit still
     # waits for it to end.
-    manager = getattr(pool, "_executor_manager_thread", None)
     if manager is not None:
         manager.join(STOP_GRACE)
         import concurrent.futures.process as pool_module
