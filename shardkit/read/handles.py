@@ -12,8 +12,11 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
+import numpy as np
+
 from ..formats.base import Rows, ShardReader
 from .openfiles import OPEN_FILES
+from .row_arena import RowArena, file_offset
 
 #: Kept free of shard descriptors and maps for the rest of the process (sockets, pipes, libraries).
 DESCRIPTOR_RESERVE = 256
@@ -72,19 +75,35 @@ def process_budget() -> int:
     return budget
 
 
+def arena_map_limit() -> int:
+    """The maps the row arenas of this process may hold together: vm.max_map_count less the
+    reserve and two maps for each shard the process budget lets it keep open."""
+    return _max_map_count() - MAP_RESERVE - 2 * process_budget()
+
+
 class ShardHandles:
     """One dataset's ready readers in this process, least recently used first, at most `capacity`.
 
     `slots[shard]` is the same reader (or None) by position: a random read over thousands of
     shards looks it up in one list instead of a hash table's scattered entries. `rows[shard]` is
     a ready shard's rows() once its dataset checked and published it (publish_rows), else None.
+    With `max_rows` (the most rows a shard of the dataset holds; 0: the dataset reads no rows),
+    when every shard of the dataset fits the LRU, shards whose rows() are a view of their file's
+    map are also placed in one `arena` (read/row_arena.py), whose one array every published
+    shard's rows are then read from. A placed shard stays mapped there until the LRU forgets its
+    readers (close, close_all, a fork that does not keep them) and no row view of it is left.
     """
 
-    def __init__(self, capacity: int, shards: int) -> None:
+    def __init__(self, capacity: int, shards: int, max_rows: int = 0) -> None:
         self.capacity = capacity
+        self.max_rows = max_rows
         self.ready: "OrderedDict[int, ShardReader]" = OrderedDict()
         self.slots: List[Optional[ShardReader]] = [None] * shards
         self.rows: List[Optional[Rows]] = [None] * shards
+        #: The rows of the published shards in one array (None before the first shard placed, or
+        #: where an arena cannot be used: _arena_tried).
+        self.arena: Optional[RowArena] = None
+        self._arena_tried = False
         self._keys: Dict[int, Hashable] = {}
         self.generation = OPEN_FILES.generation
         #: This LRU's lock: its changes (and the registry calls between them) are one step for the
@@ -104,7 +123,7 @@ class ShardHandles:
     def __reduce__(self) -> Tuple[Any, ...]:
         """Pickled (to a spawned DataLoader worker) as a new, empty LRU: readers and their lock
         never cross processes."""
-        return ShardHandles, (self.capacity, len(self.slots))
+        return ShardHandles, (self.capacity, len(self.slots), self.max_rows)
 
     def inheritable_keys(self) -> List[Hashable]:
         """Registry keys of this LRU's ready readers that a forked child may keep (their
@@ -123,7 +142,7 @@ class ShardHandles:
         for shard in [shard for shard, reader in self.ready.items() if not OPEN_FILES.owns(self._keys[shard], reader)]:
             del self.ready[shard]
             del self._keys[shard]
-            self.slots[shard] = self.rows[shard] = None
+            self._withdraw(shard)
         self.generation = OPEN_FILES.generation
 
     def _get(self, shard: int, options_key: Hashable, open_fd: Callable[[], int],
@@ -140,6 +159,8 @@ class ShardHandles:
             info = os.fstat(fd)
             key: Tuple[Any, ...] = (info.st_dev, info.st_ino, options_key)
             reader = OPEN_FILES.acquire(key, lambda: open_reader(fd))
+            if self.max_rows:
+                self._place(shard, fd, reader)
         finally:
             os.close(fd)
         if self.generation != OPEN_FILES.generation:     # acquire() noticed a fork
@@ -150,6 +171,33 @@ class ShardHandles:
         while len(self.ready) > self.capacity:
             self._release_oldest()
         return reader
+
+    def _place(self, shard: int, fd: int, reader: ShardReader) -> None:
+        """Map a new reader's rows into the arena (through fd, the descriptor it was opened
+        through), when they are a view of its file's map; reads use them once published."""
+        rows = reader.rows()
+        if not isinstance(rows, np.ndarray):
+            return
+        offset = file_offset(rows)
+        if offset is None:
+            return
+        arena = self.arena
+        if arena is None:
+            if self._arena_tried:
+                return
+            self._arena_tried = True
+            if len(self.slots) > min(self.capacity, process_budget()):
+                return      # shards come and go: an arena would keep the maps of those evicted
+            arena = self.arena = RowArena.create(len(self.slots), self.max_rows, rows, offset, arena_map_limit())
+            if arena is None:
+                return
+        arena.place(shard, fd, rows, offset)
+
+    def _withdraw(self, shard: int) -> None:
+        """A shard's reader left this LRU: reads of it no longer use its rows."""
+        self.slots[shard] = self.rows[shard] = None
+        if self.arena is not None:
+            self.arena.withdraw(shard)
 
     def _make_room(self) -> None:
         """Release this dataset's least recently used readers while the process already holds as
@@ -165,18 +213,20 @@ class ShardHandles:
         with self.lock:
             if self.slots[shard] is reader:
                 self.rows[shard] = reader.rows()
+                if self.arena is not None:
+                    self.arena.publish(shard)
 
     def _release_oldest(self) -> None:
         """Release this dataset's least recently used reader."""
         oldest, evicted = self.ready.popitem(last=False)
-        self.slots[oldest] = self.rows[oldest] = None
+        self._withdraw(oldest)
         OPEN_FILES.release(self._keys.pop(oldest), evicted)
 
     def discard(self, shard: int) -> None:
         """Release one shard's reader (one that failed a check must not stay ready)."""
         with self.lock:
             reader = self.ready.pop(shard, None)
-            self.slots[shard] = self.rows[shard] = None
+            self._withdraw(shard)
             if reader is not None:
                 OPEN_FILES.release(self._keys.pop(shard), reader)
 
@@ -186,6 +236,7 @@ class ShardHandles:
             self.ready = OrderedDict()
             self.slots = [None] * len(self.slots)
             self.rows = [None] * len(self.slots)
+            self.arena, self._arena_tried = None, False     # unmapped once no row view holds it
             self._keys = {}
             self.generation = OPEN_FILES.generation
 

@@ -78,7 +78,6 @@ class ShardRecords:
         #: Samples in every shard but the last (which holds no more), or 0 when they differ: then a
         #: global index finds its shard by a division, touching no per-shard table.
         self._per_shard = _uniform_count(shards.num_samples)
-        self._handles = ShardHandles(max_open_shards, len(shards))
         #: The dataset's sample table, mapped in this process by the first shard opened here (None
         #: before, and always when the manifest lists none): reads then take labels and CRC32s from it.
         self._table: Optional[SampleTable] = None
@@ -86,6 +85,9 @@ class ShardRecords:
         #: Whether reads of ready shards index their rows() directly (_row): fixed-shape rows with
         #: labels and CRC32s in the sample table need nothing else of the reader.
         self._by_rows = self.manifest.sample_table is not None and self.manifest.schema.is_array
+        #: The most rows a shard holds, when reads index rows (the layout of the shards' row arena).
+        self._max_rows = int(np.max(shards.num_samples)) if self._by_rows and len(shards) else 0
+        self._handles = ShardHandles(max_open_shards, len(shards), self._max_rows)
 
     def __len__(self) -> int:
         return self._length
@@ -193,18 +195,26 @@ class ShardRecords:
     def _row(self, shard: int, local: int, index: int) -> Optional[Encoded]:
         """The read of a fixed-shape row of a ready shard that published its rows: the same payload
         as reader.payload(local), label and CRC32 from the sample table, without touching the reader
-        and its other arrays. At 10,000 shards each of those is a cache miss (benchmarks/read_parts.py).
+        and its other arrays, and from the row arena's one array once the shard is placed there. At
+        10,000 shards each per-shard object is a cache miss (benchmarks/read_parts.py).
         None when the shard is not ready here: the reader path opens it, checks it and publishes it."""
         handles = self._handles
-        rows = handles.rows[shard]
-        if rows is None or handles.generation != OPEN_FILES.generation:
+        if handles.generation != OPEN_FILES.generation:
             return None
+        arena = handles.arena       # one array for every placed shard's rows (read/row_arena.py)
+        rows: Any
+        if arena is not None and arena.bases[shard] >= 0:
+            rows, position = arena.rows, arena.bases[shard] + local
+        else:
+            rows, position = handles.rows[shard], local
+            if rows is None:
+                return None
         if len(handles.ready) >= handles.capacity:     # order matters only once something must go
             try:
                 handles.ready.move_to_end(shard)
             except KeyError:            # another thread released it a moment ago: open it again
                 return None
-        payload = rows[local]
+        payload = rows[position]
         if payload is None:             # a row source whose map has closed since: open it again
             return None
         table = self._table
@@ -262,7 +272,8 @@ class ShardRecords:
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
-        state["_handles"] = ShardHandles(self.max_open_shards, len(self._paths))      # handles never cross processes
+        # handles never cross processes
+        state["_handles"] = ShardHandles(self.max_open_shards, len(self._paths), self._max_rows)
         state["_table"] = None      # nor maps
         return state
 

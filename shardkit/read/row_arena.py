@@ -1,0 +1,187 @@
+"""Every ready shard's fixed-shape rows in one read-only array of the process (Linux).
+
+A dataset over thousands of shards would otherwise make each row view from that shard's own
+array: at 10,000 shards each such array is a cache miss of its own (benchmarks/read_parts.py). The
+arena reserves one range of address space, read-only zero pages, and maps each shard's rows from
+its file into its own slice of it (`MAP_FIXED | MAP_SHARED`, read-only), so that every row of every
+placed shard is a row of the one array `rows`, at `bases[shard] + local`.
+
+What keeps it safe:
+- a shard is mapped from the descriptor its reader was opened through (the checked one), over the
+  same bytes its reader's own map checked, and a read uses its slice only once its dataset has
+  published the shard (checks passed); until then, and once it leaves, `bases[shard]` is -1;
+- a shard always maps into its own slice, so no row address ever shows another shard's bytes, and
+  a mapping stays until the arena is freed: the reserved range is an mmap object whose buffer every
+  row view holds, so it is unmapped (with every mapping in it) only after the last view is gone;
+- the rest of the range is readable zero pages, so touching it (printing a view's base) reads
+  zeros instead of faulting;
+- a mapping that fails leaves the arena unused from then on, and the arena is then never freed
+  (a failed MAP_FIXED may leave a hole that other mappings fill; unmapping the range would unmap
+  them).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import math
+import mmap
+import sys
+import threading
+import weakref
+from typing import Any, List, Optional
+
+import numpy as np
+
+_PAGE = mmap.PAGESIZE
+_PROT_READ = 0x1
+_MAP_SHARED, _MAP_PRIVATE, _MAP_FIXED, _MAP_ANONYMOUS, _MAP_NORESERVE = 0x01, 0x02, 0x10, 0x20, 0x4000
+#: The most address space one arena reserves (it costs no memory, only addresses).
+MAX_RESERVED_BYTES = 1 << 44
+#: The maps a placed shard adds (its mapping and the piece of the reserved range after it).
+MAPS_PER_SHARD = 2
+#: Arenas whose range may hold another mapping after a failed map: never freed (see module doc).
+_KEPT: List[Any] = []
+
+
+class _MapCount:
+    """The maps that this process's arenas hold, against the share of the map limit they may take."""
+
+    def __init__(self) -> None:
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self, count: int, limit: int) -> bool:
+        with self._lock:
+            if self.held + count > limit:
+                return False
+            self.held += count
+            return True
+
+    def give_back(self, counted: List[int]) -> None:
+        with self._lock:
+            self.held -= counted[0]
+
+
+ARENA_MAPS = _MapCount()
+
+
+def _libc_mmap() -> Optional[Any]:
+    """libc's mmap through ctypes, or None where the arena is not used (not Linux, no libc)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        call = libc.mmap
+    except (OSError, AttributeError):
+        return None
+    call.restype = ctypes.c_void_p
+    call.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    return call
+
+
+_MMAP = _libc_mmap()
+
+
+def address(buffer: Any) -> int:
+    """The address of a buffer's first byte (an mmap or an ndarray), read without touching it."""
+    array = buffer if isinstance(buffer, np.ndarray) else np.frombuffer(buffer, np.uint8, count=1)
+    return int(array.__array_interface__["data"][0])
+
+
+def file_offset(rows: np.ndarray) -> Optional[int]:
+    """Where a reader's rows() begin in its shard file, when they are a view of a map of the whole
+    file (`locating.map_rows` over `locating.map_file`); None otherwise."""
+    base = rows.base        # np.frombuffer keeps the map's buffer as a memoryview of it
+    mapped = base.obj if isinstance(base, memoryview) else base
+    if not isinstance(mapped, mmap.mmap) or not rows.flags.c_contiguous or rows.ndim < 1:
+        return None
+    return address(rows) - address(mapped)
+
+
+class RowArena:
+    """The rows of a dataset's shards in one `(slots, *shape)` array: shard k's rows are
+    `rows[bases[k]:bases[k] + count]` once placed and published, `bases[k]` -1 otherwise."""
+
+    def __init__(self, shards: int, max_rows: int, sample: np.ndarray, phase: int, map_limit: int) -> None:
+        self.row_bytes = row_bytes = int(sample.strides[0])
+        self._align = math.gcd(row_bytes, _PAGE)
+        #: Each shard's slice: its rows, the start of its first page before them and the end of the
+        #: last page after them, and the rows it may take to line its first page up.
+        self._span = max_rows + 2 * -(-_PAGE // row_bytes) + _PAGE // self._align
+        self._phase = phase
+        size = -(-(shards * self._span * row_bytes + phase) // _PAGE) * _PAGE
+        self._range = mmap.mmap(-1, size, flags=_MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE, prot=_PROT_READ)
+        self._start = address(self._range)
+        self.rows = np.frombuffer(self._range, dtype=np.dtype((sample.dtype, sample.shape[1:])), offset=phase,
+                                  count=shards * self._span)
+        self.bases: List[int] = [-1] * shards
+        #: Each shard's first row in its slice for its current reader (-1: not placed since the
+        #: reader before left), which publish() makes bases[shard].
+        self._placed: List[int] = [-1] * shards
+        #: Each shard's first row of the mapping in its slice (-1: none yet), which a new mapping
+        #: at the same place replaces without adding maps.
+        self._mapped: List[int] = [-1] * shards
+        self.usable = True
+        self._map_limit = map_limit
+        #: The maps this arena holds, given back once its range is unmapped (its last view freed).
+        self._maps = [1]
+        ARENA_MAPS.take(1, 1 << 62)
+        weakref.finalize(self._range, ARENA_MAPS.give_back, self._maps)
+
+    @classmethod
+    def create(cls, shards: int, max_rows: int, rows: np.ndarray, offset: int,
+               map_limit: int) -> Optional["RowArena"]:
+        """An arena laid out for shards of at most max_rows rows like `rows` (its first shard's,
+        whose file offset fixes the alignment every shard shares), or None where it cannot be used:
+        not Linux, more address space than allowed, or a map limit (the maps all arenas of the
+        process may hold) too small for every shard."""
+        row_bytes = int(rows.strides[0]) if rows.ndim else 0
+        if _MMAP is None or row_bytes <= 0 or max_rows <= 0 or \
+                ARENA_MAPS.held + MAPS_PER_SHARD * shards + 1 > map_limit:
+            return None
+        span = max_rows + 2 * -(-_PAGE // row_bytes) + _PAGE // math.gcd(row_bytes, _PAGE)
+        if shards * span * row_bytes > MAX_RESERVED_BYTES:
+            return None
+        try:
+            return cls(shards, max_rows, rows, offset % _PAGE % math.gcd(row_bytes, _PAGE), map_limit)
+        except (OSError, ValueError, OverflowError):
+            return None
+
+    def place(self, shard: int, fd: int, rows: np.ndarray, offset: int) -> bool:
+        """Map a shard's rows (its reader's rows(), which begin at byte offset of the file open as
+        fd) into the shard's slice; False when they cannot be (unlike layout, a failed map)."""
+        self._placed[shard] = -1      # set again once mapped
+        count = len(rows)
+        if not self.usable or rows.strides[0] != self.row_bytes or rows.dtype != self.rows.dtype \
+                or rows.shape[1:] != self.rows.shape[1:] or not 0 < count <= self._span:
+            return False
+        in_page = offset % _PAGE
+        if (in_page - self._phase) % self._align:
+            return False
+        first = shard * self._span + -(-in_page // self.row_bytes)
+        while (first * self.row_bytes + self._phase - in_page) % _PAGE:
+            first += 1
+        begin = self._start + self._phase + first * self.row_bytes - in_page
+        length = -(-(in_page + count * self.row_bytes) // _PAGE) * _PAGE
+        if begin + length > self._start + self._phase + (shard + 1) * self._span * self.row_bytes:
+            return False        # cannot happen with the slack of _span; never map into the next slice
+        if self._mapped[shard] != first:       # a new mapping, not one over the shard's last
+            if not ARENA_MAPS.take(MAPS_PER_SHARD, self._map_limit):
+                return False
+            self._maps[0] += MAPS_PER_SHARD
+        assert _MMAP is not None and begin % _PAGE == 0
+        if _MMAP(begin, length, _PROT_READ, _MAP_SHARED | _MAP_FIXED, fd, offset - in_page) != begin:
+            self.usable = False
+            _KEPT.append(self)
+            return False
+        self._mapped[shard] = self._placed[shard] = first
+        return True
+
+    def publish(self, shard: int) -> None:
+        """Let reads of a placed shard (checked since) use its slice."""
+        self.bases[shard] = self._placed[shard]
+
+    def withdraw(self, shard: int) -> None:
+        """Reads of the shard no longer use its slice (its reader left); its mapping stays until
+        the arena is freed, or a new reader of the shard is placed over it."""
+        self.bases[shard] = self._placed[shard] = -1
