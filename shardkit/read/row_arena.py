@@ -33,8 +33,9 @@ from typing import Any, List, Optional
 import numpy as np
 
 _PAGE = mmap.PAGESIZE
-_PROT_READ = 0x1
-_MAP_SHARED, _MAP_PRIVATE, _MAP_FIXED, _MAP_ANONYMOUS, _MAP_NORESERVE = 0x01, 0x02, 0x10, 0x20, 0x4000
+_PROT_READ = mmap.PROT_READ
+#: MAP_FIXED is 0x10 on every Linux architecture; Python's mmap module does not name it.
+_MAP_FIXED = 0x10
 #: The most address space one arena reserves (it costs no memory, only addresses).
 MAX_RESERVED_BYTES = 1 << 44
 #: The maps a placed shard adds (its mapping and the piece of the reserved range after it).
@@ -110,7 +111,8 @@ class RowArena:
         self._span = max_rows + 2 * -(-_PAGE // row_bytes) + _PAGE // self._align
         self._phase = phase
         size = -(-(shards * self._span * row_bytes + phase) // _PAGE) * _PAGE
-        self._range = mmap.mmap(-1, size, flags=_MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE, prot=_PROT_READ)
+        # Read-only private pages commit no memory (they are never written).
+        self._range = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=_PROT_READ)
         self._start = address(self._range)
         self.rows = np.frombuffer(self._range, dtype=np.dtype((sample.dtype, sample.shape[1:])), offset=phase,
                                   count=shards * self._span)
@@ -170,7 +172,7 @@ class RowArena:
                 return False
             self._maps[0] += MAPS_PER_SHARD
         assert _MMAP is not None and begin % _PAGE == 0
-        if _MMAP(begin, length, _PROT_READ, _MAP_SHARED | _MAP_FIXED, fd, offset - in_page) != begin:
+        if _MMAP(begin, length, _PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, offset - in_page) != begin:
             self.usable = False
             _KEPT.append(self)
             return False
