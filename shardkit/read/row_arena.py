@@ -89,6 +89,12 @@ def address(buffer: Any) -> int:
     return int(array.__array_interface__["data"][0])
 
 
+def _span(max_rows: int, row_bytes: int) -> int:
+    """Rows in each shard's slice: its rows, the start of its first page before them and the end
+    of its last page after them, and the rows it may take to line its first page up."""
+    return max_rows + 2 * -(-_PAGE // row_bytes) + _PAGE // math.gcd(row_bytes, _PAGE)
+
+
 def file_offset(rows: np.ndarray) -> Optional[int]:
     """Where a reader's rows() begin in its shard file, when they are a view of a map of the whole
     file (`locating.map_rows` over `locating.map_file`); None otherwise."""
@@ -106,9 +112,10 @@ class RowArena:
     def __init__(self, shards: int, max_rows: int, sample: np.ndarray, phase: int, map_limit: int) -> None:
         self.row_bytes = row_bytes = int(sample.strides[0])
         self._align = math.gcd(row_bytes, _PAGE)
-        #: Each shard's slice: its rows, the start of its first page before them and the end of the
-        #: last page after them, and the rows it may take to line its first page up.
-        self._span = max_rows + 2 * -(-_PAGE // row_bytes) + _PAGE // self._align
+        self._span = _span(max_rows, row_bytes)
+        #: first * row_bytes steps through the page offsets in steps of _align: the inverse of
+        #: row_bytes / _align modulo _PAGE / _align turns a page offset into the first row's residue.
+        self._inverse = pow(row_bytes // self._align, -1, _PAGE // self._align)
         self._phase = phase
         size = -(-(shards * self._span * row_bytes + phase) // _PAGE) * _PAGE
         # Read-only private pages commit no memory (they are never written).
@@ -141,8 +148,7 @@ class RowArena:
         if _MMAP is None or row_bytes <= 0 or max_rows <= 0 or \
                 ARENA_MAPS.held + MAPS_PER_SHARD * shards + 1 > map_limit:
             return None
-        span = max_rows + 2 * -(-_PAGE // row_bytes) + _PAGE // math.gcd(row_bytes, _PAGE)
-        if shards * span * row_bytes > MAX_RESERVED_BYTES:
+        if shards * _span(max_rows, row_bytes) * row_bytes > MAX_RESERVED_BYTES:
             return None
         try:
             return cls(shards, max_rows, rows, offset % _PAGE % math.gcd(row_bytes, _PAGE), map_limit)
@@ -160,10 +166,13 @@ class RowArena:
         in_page = offset % _PAGE
         if (in_page - self._phase) % self._align:
             return False
-        first = shard * self._span + -(-in_page // self.row_bytes)
-        while (first * self.row_bytes + self._phase - in_page) % _PAGE:
-            first += 1
+        # The first row index from the slice start past in_page whose address is in_page past a
+        # page start: first * row_bytes = in_page - phase (mod _PAGE), solved in closed form.
+        lowest, steps = shard * self._span + -(-in_page // self.row_bytes), _PAGE // self._align
+        residue = (in_page - self._phase) // self._align * self._inverse % steps
+        first = lowest + (residue - lowest) % steps
         begin = self._start + self._phase + first * self.row_bytes - in_page
+        assert begin % _PAGE == 0
         length = -(-(in_page + count * self.row_bytes) // _PAGE) * _PAGE
         if begin + length > self._start + self._phase + (shard + 1) * self._span * self.row_bytes:
             return False        # cannot happen with the slack of _span; never map into the next slice
@@ -171,7 +180,7 @@ class RowArena:
             if not ARENA_MAPS.take(MAPS_PER_SHARD, self._map_limit):
                 return False
             self._maps[0] += MAPS_PER_SHARD
-        assert _MMAP is not None and begin % _PAGE == 0
+        assert _MMAP is not None
         if _MMAP(begin, length, _PROT_READ, mmap.MAP_SHARED | _MAP_FIXED, fd, offset - in_page) != begin:
             self.usable = False
             _KEPT.append(self)

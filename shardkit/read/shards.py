@@ -203,8 +203,8 @@ class ShardRecords:
             return None
         arena = handles.arena       # one array for every placed shard's rows (read/row_arena.py)
         rows: Any
-        if arena is not None and arena.bases[shard] >= 0:
-            rows, position = arena.rows, arena.bases[shard] + local
+        if arena is not None and (base := arena.bases[shard]) >= 0:
+            rows, position = arena.rows, base + local
         else:
             rows, position = handles.rows[shard], local
             if rows is None:
