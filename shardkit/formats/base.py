@@ -16,6 +16,7 @@ from ..errors import UsageError
 from ..options import refuse_unknown
 from ..records import Encoded, Payload
 from ..schema import SampleSchema
+from .locating import FileRows, rows_in_file
 
 
 #: Datasets up to this fraction of physical memory default to OS readahead on (docs/formats.md).
@@ -118,6 +119,13 @@ class ShardReader(abc.ABC):
         own row source whose rows[i] is None once it can no longer give the row (its map closed:
         the caller then reads through a reader); None otherwise."""
         return None
+
+    def file_rows(self, fd: int) -> Optional[FileRows]:
+        """Where rows() lie in the shard's file (open as fd, the descriptor the reader was opened
+        through) as one run of bytes that equal them, for the row arena to map; None when they do
+        not lie so (compressed, chunked apart, or copied out of a format library's map)."""
+        del fd
+        return rows_in_file(self.rows())
 
     def key(self, index: int) -> Optional[str]:
         """The source key of the sample at local index (None: a format version without keys);

@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import mmap
 import os
+import sys
 import threading
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -19,12 +21,14 @@ from ..integrity import OUT_OF_FILES, fd_path
 from ..records import Encoded
 from ..schema import SampleSchema
 from .base import Rows, ShardReader
+from .locating import FileRows
 from .keys import KeyTable
 from .lmdb_layout import (CRCS_KEY, FLAG_ZLIB, FORMAT_NAME, FORMAT_VERSION, KEY_BLOCKS_KEY, KEYS_KEY, LABELS_KEY,
                           MAX_META_BYTES, META_KEY, RECORD, RECORD_MAGIC, RECORD_VERSION, rows_per_block, sample_key,
                           short_message)
 from .packing import array_dtype, check_lengths, restore
 
+_PAGE = mmap.PAGESIZE
 #: Reader table size; readers open lock-free, so it never limits them (kept generous anyway).
 MAX_READERS = 1024
 
@@ -316,6 +320,29 @@ class LMDBReader(ShardReader):
         if not 0 <= index < self._count:
             raise IndexError(f"sample {index} out of range for shard of {self._count}")
         return self._row(index)
+
+    def file_rows(self, fd: int) -> Optional[FileRows]:
+        """Where the rows lie in the file when the shard holds them all in one block (its rows fit
+        BLOCK_BYTES: the many small shards of a large dataset), found from the block's page, whose
+        header names its page number; trusted only once the file's bytes there equal the block as
+        LMDB reads it (a header can lie), so the arena maps exactly what a read would copy."""
+        count, width = self._count, self._width
+        if not self._per_block or not 0 < count <= self._per_block:
+            return None
+        try:
+            with self._locked() as shared:
+                if int(shared.env.stat()["psize"]) != _PAGE:
+                    return None     # the page number counts LMDB pages, which are not the map's
+                address = self._block_addresses.item(0) or self._block_address(shared, 0, 0)
+                in_page = address % _PAGE
+                page = int.from_bytes(ctypes.string_at(address - in_page, 8), sys.byteorder)
+                offset = page * _PAGE + in_page
+                block = ctypes.string_at(address, count * width)
+            if os.pread(fd, count * width, offset) != block:
+                return None
+        except (CorruptShardError, CorruptSampleError, OSError, OverflowError):
+            return None         # the reads that need the block name what is wrong with it
+        return FileRows(np.dtype(array_dtype(self._schema)), tuple(self._schema.shape), count, offset)
 
     def tables(self) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         return None if self._crcs is None else (self._labels, self._crcs)

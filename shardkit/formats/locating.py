@@ -9,7 +9,7 @@ from __future__ import annotations
 import mmap
 import os
 import zlib
-from typing import Any, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -79,6 +79,34 @@ class FileView:
         if len(data) != end - begin:
             raise OSError(f"read {len(data)} of {end - begin} bytes at {begin}: the file changed size")
         return data
+
+
+class FileRows(NamedTuple):
+    """A shard's rows as one run of bytes of its file, as the row arena maps them
+    (read/row_arena.py): `row_count` rows of `dtype` (a row's element type) and `shape` from `offset`."""
+
+    dtype: np.dtype
+    shape: Tuple[int, ...]
+    row_count: int
+    offset: int
+
+
+def address(buffer: Any) -> int:
+    """The address of a buffer's first byte (an mmap or an ndarray), read without touching it."""
+    array = buffer if isinstance(buffer, np.ndarray) else np.frombuffer(buffer, np.uint8, count=1)
+    return int(array.__array_interface__["data"][0])
+
+
+def rows_in_file(rows: Any) -> Optional[FileRows]:
+    """Where rows (a reader's rows()) lie in its shard file, when they are a view of a map of the
+    whole file (map_rows over map_file); None otherwise."""
+    if not isinstance(rows, np.ndarray) or not rows.flags.c_contiguous or rows.ndim < 1:
+        return None
+    base = rows.base        # np.frombuffer keeps the map's buffer as a memoryview of it
+    mapped = base.obj if isinstance(base, memoryview) else base
+    if not isinstance(mapped, mmap.mmap) or not len(mapped):
+        return None
+    return FileRows(rows.dtype, tuple(rows.shape[1:]), len(rows), address(rows) - address(mapped))
 
 
 def map_rows(view: mmap.mmap, dtype: np.dtype, shape: Sequence[int], count: int, offset: int) -> np.ndarray:

@@ -12,11 +12,9 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
-import numpy as np
-
 from ..formats.base import Rows, ShardReader
 from .openfiles import OPEN_FILES
-from .row_arena import RowArena, file_offset
+from .row_arena import RowArena
 
 #: Kept free of shard descriptors and maps for the rest of the process (sockets, pipes, libraries).
 DESCRIPTOR_RESERVE = 256
@@ -88,8 +86,8 @@ class ShardHandles:
     shards looks it up in one list instead of a hash table's scattered entries. `rows[shard]` is
     a ready shard's rows() once its dataset checked and published it (publish_rows), else None.
     With `max_rows` (the most rows a shard of the dataset holds; 0: the dataset reads no rows),
-    when every shard of the dataset fits the LRU, shards whose rows() are a view of their file's
-    map are also placed in one `arena` (read/row_arena.py), whose one array every published
+    when every shard of the dataset fits the LRU, shards whose rows lie in their file as one run
+    (the reader's file_rows) are also placed in one `arena` (read/row_arena.py), whose one array every published
     shard's rows are then read from. A placed shard stays mapped there until the LRU forgets its
     readers (close, close_all, a fork that does not keep them) and no row view of it is left.
     """
@@ -174,12 +172,9 @@ class ShardHandles:
 
     def _place(self, shard: int, fd: int, reader: ShardReader) -> None:
         """Map a new reader's rows into the arena (through fd, the descriptor it was opened
-        through), when they are a view of its file's map; reads use them once published."""
-        rows = reader.rows()
-        if not isinstance(rows, np.ndarray):
-            return
-        offset = file_offset(rows)
-        if offset is None:
+        through), when they lie in its file as one run (file_rows); reads use them once published."""
+        where = reader.file_rows(fd)
+        if where is None:
             return
         arena = self.arena
         if arena is None:
@@ -188,10 +183,10 @@ class ShardHandles:
             self._arena_tried = True
             if len(self.slots) > min(self.capacity, process_budget()):
                 return      # shards come and go: an arena would keep the maps of those evicted
-            arena = self.arena = RowArena.create(len(self.slots), self.max_rows, rows, offset, arena_map_limit())
+            arena = self.arena = RowArena.create(len(self.slots), self.max_rows, where, arena_map_limit())
             if arena is None:
                 return
-        arena.place(shard, fd, rows, offset)
+        arena.place(shard, fd, where)
 
     def _withdraw(self, shard: int) -> None:
         """A shard's reader left this LRU: reads of it no longer use its rows."""

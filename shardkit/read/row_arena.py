@@ -8,7 +8,8 @@ placed shard is a row of the one array `rows`, at `bases[shard] + local`.
 
 What keeps it safe:
 - a shard is mapped from the descriptor its reader was opened through (the checked one), over the
-  same bytes its reader's own map checked, and a read uses its slice only once its dataset has
+  bytes its reader says its rows are (`ShardReader.file_rows`: those its own map checked, or for
+  LMDB those found equal to the block LMDB reads), and a read uses its slice only once its dataset has
   published the shard (checks passed); until then, and once it leaves, `bases[shard]` is -1;
 - a shard always maps into its own slice, so no row address ever shows another shard's bytes, and
   a mapping stays until the arena is freed: the reserved range is an mmap object whose buffer every
@@ -31,6 +32,8 @@ import weakref
 from typing import Any, List, Optional
 
 import numpy as np
+
+from ..formats.locating import FileRows, address
 
 _PAGE = mmap.PAGESIZE
 _PROT_READ = mmap.PROT_READ
@@ -83,34 +86,19 @@ def _libc_mmap() -> Optional[Any]:
 _MMAP = _libc_mmap()
 
 
-def address(buffer: Any) -> int:
-    """The address of a buffer's first byte (an mmap or an ndarray), read without touching it."""
-    array = buffer if isinstance(buffer, np.ndarray) else np.frombuffer(buffer, np.uint8, count=1)
-    return int(array.__array_interface__["data"][0])
-
-
 def _span(max_rows: int, row_bytes: int) -> int:
     """Rows in each shard's slice: its rows, the start of its first page before them and the end
     of its last page after them, and the rows it may take to line its first page up."""
     return max_rows + 2 * -(-_PAGE // row_bytes) + _PAGE // math.gcd(row_bytes, _PAGE)
 
 
-def file_offset(rows: np.ndarray) -> Optional[int]:
-    """Where a reader's rows() begin in its shard file, when they are a view of a map of the whole
-    file (`locating.map_rows` over `locating.map_file`); None otherwise."""
-    base = rows.base        # np.frombuffer keeps the map's buffer as a memoryview of it
-    mapped = base.obj if isinstance(base, memoryview) else base
-    if not isinstance(mapped, mmap.mmap) or not rows.flags.c_contiguous or rows.ndim < 1:
-        return None
-    return address(rows) - address(mapped)
-
-
 class RowArena:
     """The rows of a dataset's shards in one `(slots, *shape)` array: shard k's rows are
     `rows[bases[k]:bases[k] + count]` once placed and published, `bases[k]` -1 otherwise."""
 
-    def __init__(self, shards: int, max_rows: int, sample: np.ndarray, phase: int, map_limit: int) -> None:
-        self.row_bytes = row_bytes = int(sample.strides[0])
+    def __init__(self, shards: int, max_rows: int, first: FileRows, phase: int, map_limit: int) -> None:
+        self.row_dtype = np.dtype((first.dtype, first.shape))
+        self.row_bytes = row_bytes = self.row_dtype.itemsize
         self._align = math.gcd(row_bytes, _PAGE)
         self._span = _span(max_rows, row_bytes)
         #: first * row_bytes steps through the page offsets in steps of _align: the inverse of
@@ -121,8 +109,7 @@ class RowArena:
         # Read-only private pages commit no memory (they are never written).
         self._range = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=_PROT_READ)
         self._start = address(self._range)
-        self.rows = np.frombuffer(self._range, dtype=np.dtype((sample.dtype, sample.shape[1:])), offset=phase,
-                                  count=shards * self._span)
+        self.rows = np.frombuffer(self._range, dtype=self.row_dtype, offset=phase, count=shards * self._span)
         self.bases: List[int] = [-1] * shards
         #: Each shard's first row in its slice for its current reader (-1: not placed since the
         #: reader before left), which publish() makes bases[shard].
@@ -138,30 +125,29 @@ class RowArena:
         weakref.finalize(self._range, ARENA_MAPS.give_back, self._maps)
 
     @classmethod
-    def create(cls, shards: int, max_rows: int, rows: np.ndarray, offset: int,
-               map_limit: int) -> Optional["RowArena"]:
-        """An arena laid out for shards of at most max_rows rows like `rows` (its first shard's,
+    def create(cls, shards: int, max_rows: int, first: FileRows, map_limit: int) -> Optional["RowArena"]:
+        """An arena laid out for shards of at most max_rows rows like `first` (its first shard's,
         whose file offset fixes the alignment every shard shares), or None where it cannot be used:
         not Linux, more address space than allowed, or a map limit (the maps all arenas of the
         process may hold) too small for every shard."""
-        row_bytes = int(rows.strides[0]) if rows.ndim else 0
+        row_bytes = np.dtype((first.dtype, first.shape)).itemsize
         if _MMAP is None or row_bytes <= 0 or max_rows <= 0 or \
                 ARENA_MAPS.held + MAPS_PER_SHARD * shards + 1 > map_limit:
             return None
         if shards * _span(max_rows, row_bytes) * row_bytes > MAX_RESERVED_BYTES:
             return None
         try:
-            return cls(shards, max_rows, rows, offset % _PAGE % math.gcd(row_bytes, _PAGE), map_limit)
+            return cls(shards, max_rows, first, first.offset % _PAGE % math.gcd(row_bytes, _PAGE), map_limit)
         except (OSError, ValueError, OverflowError):
             return None
 
-    def place(self, shard: int, fd: int, rows: np.ndarray, offset: int) -> bool:
-        """Map a shard's rows (its reader's rows(), which begin at byte offset of the file open as
-        fd) into the shard's slice; False when they cannot be (unlike layout, a failed map)."""
+    def place(self, shard: int, fd: int, where: FileRows) -> bool:
+        """Map a shard's rows (`where` they lie in the file open as fd) into the shard's slice;
+        False when they cannot be (unlike layout, a failed map)."""
         self._placed[shard] = -1      # set again once mapped
-        count = len(rows)
-        if not self.usable or rows.strides[0] != self.row_bytes or rows.dtype != self.rows.dtype \
-                or rows.shape[1:] != self.rows.shape[1:] or not 0 < count <= self._span:
+        count, offset = where.row_count, where.offset
+        if not self.usable or np.dtype((where.dtype, where.shape)) != self.row_dtype or not 0 < count <= self._span \
+                or offset < 0:
             return False
         in_page = offset % _PAGE
         if (in_page - self._phase) % self._align:

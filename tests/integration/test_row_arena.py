@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import shardkit
-from shardkit.formats.locating import map_file, map_rows
+from shardkit.formats.locating import FileRows, map_file, map_rows, rows_in_file
 from shardkit.read.handles import arena_map_limit
 from shardkit.read.openfiles import OPEN_FILES
-from shardkit.read.row_arena import ARENA_MAPS, RowArena, file_offset
+from shardkit.read.row_arena import ARENA_MAPS, RowArena
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the arena is Linux only")
 
@@ -30,11 +30,13 @@ def _shard_file(path: Path, offset: int, rows: np.ndarray) -> None:
     path.write_bytes(b"\xee" * offset + rows.tobytes() + b"\xee" * 100)
 
 
-def _mapped_rows(path: Path, offset: int, count: int, dtype: np.dtype, shape: tuple) -> "tuple[int, np.ndarray]":
-    """A descriptor of the file and its rows as a reader makes them (map_rows over map_file)."""
+def _mapped_rows(path: Path, offset: int, count: int, dtype: np.dtype, shape: tuple) -> "tuple[int, FileRows]":
+    """A descriptor of the file and where its rows lie, found as a reader's are (map_rows over map_file)."""
     fd = os.open(path, os.O_RDONLY)
     view = map_file(fd, os.fstat(fd).st_size)
-    return fd, map_rows(view, dtype, shape, count, offset)
+    where = rows_in_file(map_rows(view, dtype, shape, count, offset))
+    assert where is not None
+    return fd, where
 
 
 @pytest.mark.parametrize("row_bytes, offsets", [
@@ -50,13 +52,13 @@ def test_rows_through_the_arena_are_each_shards_own_bytes(tmp_path: Path, row_by
         data = np.arange(count * shape[0], dtype=dtype).reshape(count, *shape) + 1000 * (shard + 1)
         _shard_file(tmp_path / f"{shard}.bin", offset, data)
         shards.append((data, *_mapped_rows(tmp_path / f"{shard}.bin", offset, count, dtype, shape)))
-    arena = RowArena.create(len(offsets), count, shards[0][2], offsets[0], arena_map_limit())
+    arena = RowArena.create(len(offsets), count, shards[0][2], arena_map_limit())
     assert arena is not None
     placed = []
     for shard, (data, fd, rows) in enumerate(shards):
-        assert file_offset(rows) == offsets[shard]
+        assert rows.offset == offsets[shard] and rows.row_count == count
         phase_matches = (offsets[shard] - offsets[0]) % np.gcd(row_bytes, PAGE) == 0
-        assert arena.place(shard, fd, rows, offsets[shard]) == phase_matches
+        assert arena.place(shard, fd, rows) == phase_matches
         os.close(fd)
         arena.publish(shard)
         placed.append(phase_matches)
@@ -78,10 +80,10 @@ def test_a_slice_never_reaches_into_the_next(tmp_path: Path) -> None:
         data = np.full((count, 4), shard + 1, dtype=dtype)
         _shard_file(tmp_path / f"{shard}.bin", offset, data)
         shards.append((data, offset, *_mapped_rows(tmp_path / f"{shard}.bin", offset, count, dtype, shape)))
-    arena = RowArena.create(len(shards), count, shards[0][3], shards[0][1], arena_map_limit())
+    arena = RowArena.create(len(shards), count, shards[0][3], arena_map_limit())
     assert arena is not None
     for shard, (_, offset, fd, rows) in enumerate(shards):
-        assert arena.place(shard, fd, rows, offset)
+        assert arena.place(shard, fd, rows)
         os.close(fd)
         arena.publish(shard)
     for shard, (data, *_) in enumerate(shards):
@@ -92,9 +94,9 @@ def test_a_shard_is_read_through_its_slice_only_while_published(tmp_path: Path) 
     data = np.ones((10, 4), dtype="<f4")
     _shard_file(tmp_path / "0.bin", 64, data)
     fd, rows = _mapped_rows(tmp_path / "0.bin", 64, 10, np.dtype("<f4"), (4,))
-    arena = RowArena.create(1, 10, rows, 64, arena_map_limit())
+    arena = RowArena.create(1, 10, rows, arena_map_limit())
     assert arena is not None and arena.bases == [-1]
-    assert arena.place(0, fd, rows, 64)
+    assert arena.place(0, fd, rows)
     assert arena.bases == [-1]          # placed, not checked yet
     arena.publish(0)
     assert arena.bases[0] >= 0
@@ -109,14 +111,12 @@ def test_no_arena_beyond_the_map_limit(tmp_path: Path) -> None:
     _shard_file(tmp_path / "0.bin", 64, data)
     fd, rows = _mapped_rows(tmp_path / "0.bin", 64, 10, np.dtype("<f4"), (4,))
     os.close(fd)
-    assert RowArena.create(1000, 10, rows, 64, ARENA_MAPS.held + 2 * 1000) is None
-    assert RowArena.create(1000, 10, rows, 64, ARENA_MAPS.held + 2 * 1000 + 1) is not None
+    assert RowArena.create(1000, 10, rows, ARENA_MAPS.held + 2 * 1000) is None
+    assert RowArena.create(1000, 10, rows, ARENA_MAPS.held + 2 * 1000 + 1) is not None
 
 
 @pytest.fixture()
 def table(tmp_path: Path, fmt: str) -> Path:
-    if fmt == "lmdb":
-        pytest.skip("LMDB rows live in LMDB's own map")
     csv = tmp_path / "rows.csv"
     csv.write_text("a,b,c,label\n" + "".join(f"{i},{i * 0.5},{-i},c{i % 3}\n" for i in range(120)))
     dst = tmp_path / "ds"
@@ -165,3 +165,61 @@ def test_row_views_outlive_the_dataset_and_nothing_stays_mapped(table: Path) -> 
     assert ARENA_MAPS.held == held
     assert all(np.array_equal(ds[i][0], copy) for i, copy in enumerate(expected))     # reads on
     ds.close()
+
+
+def _lmdb_table(tmp_path: Path, rows: int, columns: int, per_shard: int) -> Path:
+    csv = tmp_path / "wide.csv"
+    header = ",".join(f"c{column}" for column in range(columns))
+    csv.write_text(header + ",label\n" + "".join(
+        ",".join(str(row * columns + column) for column in range(columns)) + f",k{row % 2}\n" for row in range(rows)))
+    dst = tmp_path / "lmdb"
+    shardkit.convert(str(csv), str(dst), format="lmdb", label_column="label", samples_per_shard=per_shard, quiet=True)
+    return dst
+
+
+def _block_page(path: Path) -> "tuple[int, int]":
+    """(page number, offset in the page) of an LMDB shard's one block of rows, as LMDB maps it."""
+    import ctypes
+    import lmdb
+    env = lmdb.open(str(path), subdir=False, readonly=True, lock=False)
+    try:
+        with env.begin(buffers=True) as txn:
+            address = np.frombuffer(txn.get((0).to_bytes(8, "big")), np.uint8).ctypes.data
+            page = int.from_bytes(ctypes.string_at(address - address % PAGE, 8), sys.byteorder)
+            return page, address % PAGE
+    finally:
+        env.close()
+
+
+def test_lmdb_rows_are_placed_only_where_the_file_holds_the_block_lmdb_reads(tmp_path: Path) -> None:
+    """An LMDB shard is placed from its block's page number, which the page's own header gives: a
+    header that lies (names another page) must not place the shard over other bytes of the file."""
+    dst = _lmdb_table(tmp_path, 60, 3, 7)
+    shard_files = sorted((dst / "shards").iterdir())
+    lying = shard_files[2]
+    page, _ = _block_page(lying)
+    with open(lying, "r+b") as handle:     # the leaf page's header names the first page (LMDB's meta)
+        handle.seek(page * PAGE)
+        handle.write((0).to_bytes(8, sys.byteorder))
+    OPEN_FILES.close_all()
+    with shardkit.open_dataset(dst, decode=None) as ds:
+        values = [ds[i] for i in range(len(ds))]
+        arena = ds._handles.arena
+        assert arena is not None
+        assert arena.bases[2] == -1 and all(base >= 0 for shard, base in enumerate(arena.bases) if shard != 2)
+        for i, (row, label) in enumerate(values):
+            assert row.tolist() == [3 * i, 3 * i + 1, 3 * i + 2] and label == i % 2
+
+
+def test_lmdb_shards_of_several_blocks_read_through_their_blocks(tmp_path: Path) -> None:
+    """Rows of 8,000 bytes: 8 to a block, so shards of 20 rows span blocks (read through LMDB's map)
+    and only the last shard, of 7, is placed; every row reads the same either way."""
+    dst = _lmdb_table(tmp_path, 127, 2000, 20)
+    OPEN_FILES.close_all()
+    with shardkit.open_dataset(dst, decode=None) as ds:
+        rows = [ds[i][0] for i in range(len(ds))]
+        arena = ds._handles.arena
+        assert arena is not None and arena.bases == [-1] * 6 + [arena.bases[6]] and arena.bases[6] >= 0
+        assert rows[-1].base is arena.rows or rows[-1].base is arena.rows.base
+        for i, row in enumerate(rows):
+            assert np.array_equal(row, np.arange(2000 * i, 2000 * (i + 1), dtype=row.dtype))
