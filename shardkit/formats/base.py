@@ -75,6 +75,9 @@ class ShardReader(abc.ABC):
 
     #: Identity of the dataset the shard was written for (None: a format version without one).
     dataset_id: Optional[str] = None
+    #: Whether reads of the shard's map may read ahead of the pages they touch (False: the
+    #: `readahead` option turned off, MADV_RANDOM), for every map of its rows.
+    readahead: bool = True
     #: Whether the reader keeps a descriptor or a map of its own, which the process's open-shard
     #: budget counts (False: an object it shares, registered apart, holds the file).
     holds_files: bool = True
@@ -125,7 +128,8 @@ class ShardReader(abc.ABC):
         through) as one run of bytes that equal them, for the row arena to map; None when they do
         not lie so (compressed, chunked apart, or copied out of a format library's map)."""
         del fd
-        return rows_in_file(self.rows())
+        where = rows_in_file(self.rows())
+        return None if where is None else where._replace(readahead=self.readahead)
 
     def key(self, index: int) -> Optional[str]:
         """The source key of the sample at local index (None: a format version without keys);

@@ -42,7 +42,7 @@ class HDF5Reader(TableShardReader):
         self._path = path
         self._fd = fd                   # the caller's descriptor of path, used only while opening
         self._schema = schema
-        self._readahead = readahead
+        self.readahead = readahead
         self._flat: Optional[np.ndarray] = None
         self._rows = None           # fixed-shape rows of one run of chunks, as one view (_one_run_rows)
         self._mmap: Optional[mmap.mmap] = None
@@ -143,7 +143,7 @@ class HDF5Reader(TableShardReader):
 
     def _use_map(self, view: mmap.mmap) -> None:
         self._mmap = view
-        if not self._readahead and hasattr(mmap, "MADV_RANDOM"):
+        if not self.readahead and hasattr(mmap, "MADV_RANDOM"):
             # A dataset much larger than RAM: fault in only the pages a sample needs.
             self._mmap.madvise(mmap.MADV_RANDOM)
         self._flat = np.frombuffer(self._mmap, dtype=np.uint8)

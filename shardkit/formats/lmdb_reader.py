@@ -342,7 +342,7 @@ class LMDBReader(ShardReader):
                 return None
         except (CorruptShardError, CorruptSampleError, OSError, OverflowError):
             return None         # the reads that need the block name what is wrong with it
-        return FileRows(np.dtype(array_dtype(self._schema)), tuple(self._schema.shape), count, offset)
+        return FileRows(np.dtype(array_dtype(self._schema)), tuple(self._schema.shape), count, offset, self.readahead)
 
     def tables(self) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         return None if self._crcs is None else (self._labels, self._crcs)

@@ -83,12 +83,14 @@ class FileView:
 
 class FileRows(NamedTuple):
     """A shard's rows as one run of bytes of its file, as the row arena maps them
-    (read/row_arena.py): `row_count` rows of `dtype` (a row's element type) and `shape` from `offset`."""
+    (read/row_arena.py): `row_count` rows of `dtype` (a row's element type) and `shape` from
+    `offset`; `readahead` False where the reader's map reads no more than the pages touched."""
 
     dtype: np.dtype
     shape: Tuple[int, ...]
     row_count: int
     offset: int
+    readahead: bool = True
 
 
 def address(buffer: Any) -> int:

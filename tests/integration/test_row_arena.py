@@ -223,3 +223,44 @@ def test_lmdb_shards_of_several_blocks_read_through_their_blocks(tmp_path: Path)
         assert rows[-1].base is arena.rows or rows[-1].base is arena.rows.base
         for i, row in enumerate(rows):
             assert np.array_equal(row, np.arange(2000 * i, 2000 * (i + 1), dtype=row.dtype))
+
+
+def _arena_mappings(arena: RowArena, dst: Path) -> "List[dict]":
+    """The arena's mappings of DST's shard files, from /proc/self/smaps: their Rss (kB) and VmFlags."""
+    low = arena.rows.__array_interface__["data"][0]
+    high = low + arena.rows.nbytes
+    found, current = [], None
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()
+            if "-" in head[0] and not head[0].endswith(":"):
+                begin = int(head[0].split("-")[0], 16)
+                ours = str(dst / "shards") in line and low - PAGE <= begin < high
+                current = {"rss": 0, "flags": []} if ours else None
+                if current is not None:
+                    found.append(current)
+            elif current is not None and head[0] == "Rss:":
+                current["rss"] = int(head[1])
+            elif current is not None and head[0] == "VmFlags:":
+                current["flags"] = head[1:]
+    return found
+
+
+@pytest.mark.parametrize("readahead", [True, False])
+def test_the_arena_reads_ahead_as_the_reader_does(table: Path, fmt: str, readahead: bool) -> None:
+    """With readahead off (a dataset larger than RAM) the arena's mappings read only the pages a
+    row needs (MADV_RANDOM, as the reader's own map); with it on, a small shard's mapping is
+    filled in when made, so its first reads take no page fault."""
+    if fmt == "pt" and not readahead:
+        pytest.skip("PT has no readahead option")
+    OPEN_FILES.close_all()
+    options = {} if fmt == "pt" else {"readahead": readahead}
+    with shardkit.open_dataset(table, decode=None, **options) as ds:
+        ds.open_shards()                # placed, no row read yet
+        arena = ds._handles.arena
+        assert arena is not None
+        mappings = _arena_mappings(arena, table)
+        assert len(mappings) == len(ds.shard_starts) - 1
+        for mapping in mappings:
+            assert ("rr" in mapping["flags"]) == (not readahead)
+            assert (mapping["rss"] > 0) == readahead
