@@ -132,7 +132,8 @@ class ShardHandles:
     def after_fork(self, kept: bool) -> None:
         """In a forked child: a new lock (one that a thread of the parent held at the fork would stay
         held), and of the readers inherited, those the registry kept for this LRU (kept: it stood
-        still at the fork and was up to date); the rest are the parent's, forgotten, not released."""
+        still at the fork and was up to date); the rest are the parent's, forgotten, not released,
+        though their published rows in the arena stay readable (reads of them open no file)."""
         self.lock = threading.RLock()
         if not kept:
             self.forget()
@@ -140,7 +141,9 @@ class ShardHandles:
         for shard in [shard for shard, reader in self.ready.items() if not OPEN_FILES.owns(self._keys[shard], reader)]:
             del self.ready[shard]
             del self._keys[shard]
-            self._withdraw(shard)
+            # Its slice of the arena stays published: the child's own copy of a mapping made from
+            # the checked descriptor, which needs no reader (an LMDB environment cannot cross).
+            self.slots[shard] = self.rows[shard] = None
         self.generation = OPEN_FILES.generation
 
     def _get(self, shard: int, options_key: Hashable, open_fd: Callable[[], int],

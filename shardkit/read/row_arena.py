@@ -149,7 +149,7 @@ class RowArena:
     def place(self, shard: int, fd: int, where: FileRows) -> bool:
         """Map a shard's rows (`where` they lie in the file open as fd) into the shard's slice;
         False when they cannot be (unlike layout, a failed map)."""
-        self._placed[shard] = -1      # set again once mapped
+        self._placed[shard] = self.bases[shard] = -1      # set again once mapped and checked
         count, offset = where.row_count, where.offset
         if not self.usable or np.dtype((where.dtype, where.shape)) != self.row_dtype or not 0 < count <= self._span \
                 or offset < 0:

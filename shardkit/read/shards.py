@@ -139,6 +139,7 @@ class ShardRecords:
         """Open and check the first max_open_shards shards (every shard when they fit) in this
         process now, as their first reads would; returns how many are ready. DataLoader workers
         forked afterwards start with the map-only ones (uncompressed HDF5 and .pt shards) ready,
+        and read the rows of those in the row arena (one-block LMDB shards too) without a reader,
         instead of opening each shard again every epoch when their workers are not persistent."""
         count = min(len(self._paths), self.max_open_shards, process_budget())
         for shard in range(count):

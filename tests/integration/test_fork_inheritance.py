@@ -116,24 +116,45 @@ def _collate(batch: List[Any]) -> List[Any]:
 def test_forked_workers_after_open_shards_open_no_shard_file(rows_dataset: Path, fmt: str) -> None:
     """The shards move away after open_shards: non-persistent workers of two epochs (with
     shardkit.worker_init_fn, which sets aside only what a child must not use) still read every
-    sample (map-only formats), or fail naming the shard they could not open (LMDB)."""
+    sample, through the map-only readers they kept (HDF5, PT) or through the row arena, whose
+    published rows a child keeps without their reader (LMDB, one block of rows per shard)."""
     OPEN_FILES.close_all()
     ds = shardkit.open_dataset(rows_dataset, decode=None)
     expected = sorted(_values(ds))
     ds.open_shards()
+    assert fmt in MAP_ONLY or all(base >= 0 for base in ds._handles.arena.bases)
     (rows_dataset / "shards").rename(rows_dataset / "elsewhere")
-    loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2, collate_fn=_collate,
-                                         multiprocessing_context="fork", worker_init_fn=shardkit.worker_init_fn,
-                                         sampler=torch.utils.data.RandomSampler(ds))
     try:
-        if fmt in MAP_ONLY:
-            for _ in range(2):
-                assert sorted(sample for batch in loader for sample in batch) == expected
-        else:
-            with pytest.raises(shardkit.CorruptShardError, match=r"shard \d+"):
-                list(loader)
+        for _ in range(2):
+            assert sorted(sample for batch in _fork_loader(ds) for sample in batch) == expected
     finally:
         (rows_dataset / "elsewhere").rename(rows_dataset / "shards")
+        ds.close()
+
+
+def _fork_loader(ds: Any) -> Any:
+    return torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2, collate_fn=_collate,
+                                       multiprocessing_context="fork", worker_init_fn=shardkit.worker_init_fn,
+                                       sampler=torch.utils.data.RandomSampler(ds))
+
+
+def test_forked_workers_open_again_what_a_fork_cannot_keep(tmp_path: Path, image_tree: Path) -> None:
+    """LMDB records (encoded images: no rows, no arena) need their environment, which a fork
+    cannot keep: workers open the shard again, and with the shards moved away fail naming it."""
+    dst = tmp_path / "images"
+    shardkit.convert(str(image_tree), str(dst), format="lmdb", samples_per_shard=40, quiet=True)
+    OPEN_FILES.close_all()
+    ds = shardkit.open_dataset(dst, decode=None)
+    ds.open_shards()
+    assert ds._handles.arena is None
+    (dst / "shards").rename(dst / "elsewhere")
+    try:
+        loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2, collate_fn=list,
+                                             multiprocessing_context="fork", worker_init_fn=shardkit.worker_init_fn)
+        with pytest.raises(shardkit.CorruptShardError, match=r"shard \d+"):
+            list(loader)
+    finally:
+        (dst / "elsewhere").rename(dst / "shards")
         ds.close()
 
 

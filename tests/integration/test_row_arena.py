@@ -103,6 +103,10 @@ def test_a_shard_is_read_through_its_slice_only_while_published(tmp_path: Path) 
     arena.withdraw(0)
     arena.publish(0)                    # a new reader that was not placed must not reuse the old place
     assert arena.bases == [-1]
+    assert arena.place(0, fd, rows)
+    arena.publish(0)
+    assert not arena.place(0, fd, rows._replace(offset=66))     # a new reader that cannot be placed:
+    assert arena.bases == [-1]          # reads must not go on through the old mapping
     os.close(fd)
 
 
