@@ -147,9 +147,9 @@ def _csv_blocks(item: TableFile, fields: List[int], delimiter: str, numeric: Seq
         invalid.append((row.actual_columns, row.text))
         return "skip"
     with open_rows(item) as handle:
+        stream, reader = NoTrailingCR(handle), None
         try:
-            reader = _open_csv(NoTrailingCR(handle), names, wanted, delimiter, on_invalid,
-                               [wanted[position] for position in numeric])
+            reader = _open_csv(stream, names, wanted, delimiter, on_invalid, [wanted[position] for position in numeric])
             for batch in reader:
                 found, invalid = invalid, []
                 arrays = [batch.column(position) for position in range(len(wanted))]
@@ -162,8 +162,25 @@ def _csv_blocks(item: TableFile, fields: List[int], delimiter: str, numeric: Seq
             if numeric:
                 raise _NotAllNumbers() from None
             raise
+        finally:
+            _stop_reading(reader, stream)
         if invalid:
             yield Block([pa.array([], pa.string()) for _ in wanted], invalid)
+
+
+def _stop_reading(reader: Any, stream: "NoTrailingCR") -> None:
+    """Let Arrow's background read of a CSV stream end before its reader goes, when the blocks
+    stop early (an error, a consumer that stops): its reads see the end at once, and the blocks
+    read ahead are taken and dropped. A read left in flight runs on into the interpreter's exit,
+    which then aborts ("terminate called without an active exception")."""
+    stream.ended = True
+    if reader is None:
+        return
+    try:
+        for _ in reader:
+            pass
+    except Exception:  # noqa: BLE001 - the reader's own error was raised already, or is moot
+        pass
 
 
 class NoTrailingCR:
@@ -178,9 +195,13 @@ class NoTrailingCR:
         self._handle = handle
         self._held = b""
         self.closed = False
+        #: True once its reader is being stopped: every read is then the end of the stream.
+        self.ended = False
 
     def read(self, size: int = -1) -> bytes:
         """Up to `size` bytes (all if negative), trailing CRs kept for the next read unless at the end."""
+        if self.ended:
+            return b""
         wanted = size - len(self._held) if size >= 0 else -1
         data = self._held + (self._handle.read(wanted) if wanted != 0 else b"")
         body = data.rstrip(b"\r")
