@@ -92,6 +92,11 @@ class FileRows(NamedTuple):
     offset: int
     readahead: bool = True
 
+    @property
+    def row_dtype(self) -> np.dtype:
+        """One row as one dtype (the element type with the row's shape)."""
+        return np.dtype((self.dtype, self.shape))
+
 
 def address(buffer: Any) -> int:
     """The address of a buffer's first byte (an mmap or an ndarray), read without touching it."""

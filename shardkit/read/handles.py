@@ -176,16 +176,15 @@ class ShardHandles:
     def _place(self, shard: int, fd: int, reader: ShardReader) -> None:
         """Map a new reader's rows into the arena (through fd, the descriptor it was opened
         through), when they lie in its file as one run (file_rows); reads use them once published."""
+        if self.arena is None and (self._arena_tried or len(self.slots) > min(self.capacity, process_budget())):
+            self._arena_tried = True    # none (shards come and go: it would keep the evicted ones' maps)
+            return                      # so no reader is asked where its rows lie (LMDB reads to answer)
         where = reader.file_rows(fd)
         if where is None:
             return
         arena = self.arena
         if arena is None:
-            if self._arena_tried:
-                return
             self._arena_tried = True
-            if len(self.slots) > min(self.capacity, process_budget()):
-                return      # shards come and go: an arena would keep the maps of those evicted
             arena = self.arena = RowArena.create(len(self.slots), self.max_rows, where, arena_map_limit())
             if arena is None:
                 return

@@ -102,7 +102,7 @@ class RowArena:
     `rows[bases[k]:bases[k] + count]` once placed and published, `bases[k]` -1 otherwise."""
 
     def __init__(self, shards: int, max_rows: int, first: FileRows, phase: int, map_limit: int) -> None:
-        self.row_dtype = np.dtype((first.dtype, first.shape))
+        self.row_dtype = first.row_dtype
         self.row_bytes = row_bytes = self.row_dtype.itemsize
         self._align = math.gcd(row_bytes, _PAGE)
         self._span = _span(max_rows, row_bytes)
@@ -135,7 +135,7 @@ class RowArena:
         whose file offset fixes the alignment every shard shares), or None where it cannot be used:
         not Linux, more address space than allowed, or a map limit (the maps all arenas of the
         process may hold) too small for every shard."""
-        row_bytes = np.dtype((first.dtype, first.shape)).itemsize
+        row_bytes = first.row_dtype.itemsize
         if _MMAP is None or row_bytes <= 0 or max_rows <= 0 or \
                 ARENA_MAPS.held + MAPS_PER_SHARD * shards + 1 > map_limit:
             return None
@@ -151,7 +151,7 @@ class RowArena:
         False when they cannot be (unlike layout, a failed map)."""
         self._placed[shard] = self.bases[shard] = -1      # set again once mapped and checked
         count, offset = where.row_count, where.offset
-        if not self.usable or np.dtype((where.dtype, where.shape)) != self.row_dtype or not 0 < count <= self._span \
+        if not self.usable or where.row_dtype != self.row_dtype or not 0 < count <= self._span \
                 or offset < 0:
             return False
         in_page = offset % _PAGE
