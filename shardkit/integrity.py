@@ -8,6 +8,7 @@ import os
 import secrets
 import stat
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, Tuple, Union
 
@@ -78,6 +79,12 @@ def open_regular(path: PathLike, root: PathLike, size: int) -> int:
         if exc.errno == errno.ELOOP:
             raise NotAShardFile(path, "is a symbolic link") from None
         raise
+    return _same_file(fd, path, entry, size)
+
+
+def _same_file(fd: int, path: PathLike, entry: os.stat_result, size: int) -> int:
+    """fd, once fstat shows it is the regular file `entry` looked at before the open, of `size`
+    bytes; closed and NotAShardFile (WrongSize) otherwise."""
     try:
         info = os.fstat(fd)
         if (info.st_dev, info.st_ino) != (entry.st_dev, entry.st_ino) or not stat.S_ISREG(info.st_mode):
@@ -88,6 +95,42 @@ def open_regular(path: PathLike, root: PathLike, size: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+class ShardFolder:
+    """A folder of shard files held open, once checked to be a folder (not a link) inside root: a
+    plain name in it then opens as open_regular opens a path, by the folder's descriptor (an lstat,
+    an open and an fstat), with no walk of the path and no look at /proc. A dataset's quick opens
+    of thousands of small shards use it (read/shards.py); the descriptor closes with the object."""
+
+    def __init__(self, folder: str, root: PathLike) -> None:
+        real, entry = _look_at(folder)
+        if not stat.S_ISDIR(entry.st_mode) or not _is_inside(real, _real_root(root)):
+            raise NotAShardFile(folder, "is not a folder inside the dataset")
+        self.folder = folder
+        self.fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+                          | getattr(os, "O_CLOEXEC", 0))
+        self._closer = weakref.finalize(self, os.close, self.fd)
+        info = os.fstat(self.fd)
+        if (info.st_dev, info.st_ino) != (entry.st_dev, entry.st_ino):
+            self._closer()
+            raise NotAShardFile(folder, "was replaced while it was opened")
+
+    def open(self, name: str, size: int) -> int:
+        """A read-only descriptor of the file `name` (no separator) in the folder, if it is a
+        regular file of `size` bytes (not a link, FIFO or device, looked at before it is opened);
+        NotAShardFile (WrongSize) otherwise, OSError if missing. The caller closes it."""
+        if os.sep in name or (os.altsep and os.altsep in name) or name in ("", ".", ".."):
+            raise NotAShardFile(name, "is not a plain file name")
+        entry = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        if not stat.S_ISREG(entry.st_mode):
+            raise NotAShardFile(name, "is not a regular file")
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0), dir_fd=self.fd)
+        return _same_file(fd, name, entry, size)
+
+    def __reduce__(self) -> "tuple[type, tuple[Any, ...]]":
+        raise TypeError("a ShardFolder holds a descriptor: it never crosses processes")
 
 
 #: Whether /proc/self/fd names open descriptors here (Linux).

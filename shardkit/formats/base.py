@@ -16,7 +16,7 @@ from ..errors import UsageError
 from ..options import refuse_unknown
 from ..records import Encoded, Payload
 from ..schema import SampleSchema
-from .locating import FileRows, rows_in_file
+from .locating import FileRows, RowRun, rows_in_file
 
 
 #: Datasets up to this fraction of physical memory default to OS readahead on (docs/formats.md).
@@ -275,6 +275,16 @@ class ShardFormat(abc.ABC):
             return len(reader), reader.dataset_id
         finally:
             reader.close()
+
+    def row_run(self, fd: int, size: int, path: str, schema: SampleSchema,
+                options: Optional[FormatOptions] = None) -> Optional[RowRun]:
+        """Where the uncompressed fixed-shape rows and the labels of the shard open as fd (`size`
+        bytes, checked by open_shard_file) lie, read from the format's own small record at a fixed
+        place with a pread or two and no format library: a dataset's quick way to a small shard's
+        rows (read/shards.py), which it trusts only once they match the sample table. None where
+        the format keeps no such record or the shard is not so laid out; CorruptShardError when
+        the record is damaged."""
+        return None
 
     def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None) -> Optional[str]:
         """verify --deep: what the format's own library finds wrong with a shard that its reader,

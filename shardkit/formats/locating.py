@@ -98,6 +98,16 @@ class FileRows(NamedTuple):
         return np.dtype((self.dtype, self.shape))
 
 
+class RowRun(NamedTuple):
+    """Where a shard's fixed-shape rows and its int64 labels lie in its file, as the small record
+    its format keeps at a fixed place says (ShardFormat.row_run). Unchecked against the bytes it
+    names: the dataset maps the rows from it only once they and the labels match the sample table."""
+
+    rows: FileRows
+    labels_offset: int
+    dataset_id: str
+
+
 def address(buffer: Any) -> int:
     """The address of a buffer's first byte (an mmap or an ndarray), read without touching it."""
     array = buffer if isinstance(buffer, np.ndarray) else np.frombuffer(buffer, np.uint8, count=1)

@@ -19,10 +19,11 @@ import numpy as np
 
 from ..schema import SampleSchema
 from .base import FormatOptions, ShardFormat, ShardReader, ShardWriter
-from .locating import opened
-from .packing import check_per_sample_compression
+from .locating import FileRows, RowRun, opened
+from .packing import array_dtype, check_per_sample_compression
 from .pt_layout import FORMAT_NAME, FORMAT_VERSION
-from .pt_reader import PTReader, located
+from .pt_locator import read_locator
+from .pt_reader import PTReader, field_problem, located
 
 
 class PTFormat(ShardFormat):
@@ -60,6 +61,23 @@ class PTFormat(ShardFormat):
         if locator is None:
             return super().peek(path, schema, options, fd)
         return locator.count, locator.dataset_id
+
+    def row_run(self, fd: int, size: int, path: str, schema: SampleSchema,
+                options: Optional[FormatOptions] = None) -> Optional[RowRun]:
+        """From the locator in the archive's comment (one pread of the tail, its CRC32, fields and
+        ranges checked), when its data tensor holds exactly the uncompressed rows of the schema."""
+        if not schema.is_array or schema.compression != "none":
+            return None
+        found = read_locator(fd, path, size)
+        if found is None:
+            return None
+        locator = found[0]
+        offset, nbytes = locator.tables["data"]
+        if locator.file_size != size or field_problem(locator.fields, schema) is not None \
+                or nbytes != locator.count * schema.sample_nbytes:
+            return None
+        rows = FileRows(array_dtype(schema), tuple(schema.shape), locator.count, offset)
+        return RowRun(rows, locator.tables["labels"][0], locator.dataset_id)
 
     def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None) -> Optional[str]:
         """Open the shard through torch.load with every check, and compare each tensor and field

@@ -137,22 +137,9 @@ class PTReader(TableShardReader):
 
     def _check_fields(self, shard: Any) -> None:
         """The plain fields (format, version, count, identity) against the schema."""
-        schema = self._schema
-        if not isinstance(shard, dict):
-            raise self._corrupt(f"holds a {type(shard).__name__}, not a dict")
-        expected = {"shardkit_format": FORMAT_NAME, "layout": schema.layout, "compression": schema.compression,
-                    "dtype": schema.dtype if schema.is_array else None,
-                    "shape": list(schema.shape) if schema.is_array else None}
-        for name, value in expected.items():
-            if shard.get(name) != value:
-                raise self._corrupt(f"{name} is {shard.get(name)!r}, expected {value!r}")
-        version, count = shard.get("format_version"), shard.get("num_samples")
-        if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
-            raise self._corrupt(f"format version {version!r}; this shardkit reads up to {FORMAT_VERSION}")
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise self._corrupt(f"num_samples is {count!r}")
-        if version >= 2 and not isinstance(shard.get("dataset_id"), str):
-            raise self._corrupt("no dataset_id string")
+        problem = field_problem(shard, self._schema)
+        if problem:
+            raise self._corrupt(problem)
 
     def _check_tables(self, count: int, arrays: Dict[str, np.ndarray]) -> None:
         """The tables against each other and the count, before any of them is used to read."""
@@ -217,6 +204,27 @@ class PTReader(TableShardReader):
         self._count = 0
         close_map(self._map)
         self._map = None
+
+
+def field_problem(shard: Any, schema: SampleSchema) -> Optional[str]:
+    """What is wrong with a shard's plain fields (format, version, count, identity) for the
+    schema, or None."""
+    if not isinstance(shard, dict):
+        return f"holds a {type(shard).__name__}, not a dict"
+    expected = {"shardkit_format": FORMAT_NAME, "layout": schema.layout, "compression": schema.compression,
+                "dtype": schema.dtype if schema.is_array else None,
+                "shape": list(schema.shape) if schema.is_array else None}
+    for name, value in expected.items():
+        if shard.get(name) != value:
+            return f"{name} is {shard.get(name)!r}, expected {value!r}"
+    version, count = shard.get("format_version"), shard.get("num_samples")
+    if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+        return f"format version {version!r}; this shardkit reads up to {FORMAT_VERSION}"
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        return f"num_samples is {count!r}"
+    if version >= 2 and not isinstance(shard.get("dataset_id"), str):
+        return "no dataset_id string"
+    return None
 
 
 def located(fd: int, path: str) -> Optional[PTLocator]:
