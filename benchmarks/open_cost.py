@@ -8,6 +8,10 @@ everything first), and the per-shard time is split into:
   file check   checked.open_shard_file: the shard's real path inside root, open O_NOFOLLOW, fstat
   reader       fmt.open_reader on that descriptor: the format's open and shardkit's structure checks
   dataset      ds.reader(k) as a whole (file check + reader + identity and count checks + LRU)
+  placed       what a first read does instead for a small shard (ShardRecords._place_run: the
+               file opened through the held shards/ folder, the locator, the rows mapped into the
+               row arena and checked against the sample table), no reader; "-" where the dataset
+               does not place its shards so (LMDB, compressed rows, shards over RUN_CHECK_BYTES)
 
 With --profile, the reader's time is broken down by function (cProfile, tottime, top --top).
 
@@ -57,6 +61,12 @@ def per_shard_ms(ds: shardkit.ShardDataset, stage: str) -> float:
         for reader in readers:
             reader.close()
         return 1000 * elapsed / len(paths)
+    elif stage == "placed":
+        if not ds._runs_first:
+            return float("nan")
+        for shard in range(len(paths)):
+            if not ds._place_run(shard):
+                raise SystemExit(f"shard {shard} of {ds.root} was not placed")
     else:
         for shard in range(len(paths)):
             ds.reader(shard)
@@ -105,7 +115,7 @@ def main() -> None:
             shardkit.convert(csv, dst, format=fmt, label_column="label", samples_per_shard=-(-args.rows // args.shards),
                              quiet=True)
             datasets[fmt] = shardkit.open_dataset(dst, decode=None)
-        stages = ("file check", "reader", "dataset")
+        stages = ("file check", "reader", "dataset", "placed")
         times: Dict[str, Dict[str, List[float]]] = {fmt: {stage: [] for stage in stages} for fmt in args.formats}
         for _ in range(args.repeats):           # formats and stages interleaved: noise hits all alike
             for fmt, ds in datasets.items():
@@ -113,10 +123,11 @@ def main() -> None:
                     times[fmt][stage].append(per_shard_ms(ds, stage))
         print(f"{args.rows} rows in {args.shards} shards, {os.cpu_count()} CPUs, load average "
               f"{os.getloadavg()[0]:.1f}; ms per shard, median of {args.repeats}")
-        print("| format | file check | reader | dataset (all of it) |")
-        print("|---|---|---|---|")
+        print("| format | file check | reader | dataset (all of it) | placed (no reader) |")
+        print("|---|---|---|---|---|")
         for fmt in args.formats:
-            print(f"| {fmt} | " + " | ".join(f"{statistics.median(times[fmt][stage]):.3f}" for stage in stages) + " |")
+            medians = (statistics.median(times[fmt][stage]) for stage in stages)
+            print(f"| {fmt} | " + " | ".join("-" if value != value else f"{value:.3f}" for value in medians) + " |")
         if args.profile:
             for fmt, ds in datasets.items():
                 print(f"\n### {fmt}: reader stage by function\n")

@@ -12,7 +12,10 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 
+import numpy as np
+
 from ..formats.base import Rows, ShardReader
+from ..formats.locating import FileRows
 from .openfiles import OPEN_FILES
 from .row_arena import RowArena
 
@@ -176,22 +179,50 @@ class ShardHandles:
     def _place(self, shard: int, fd: int, reader: ShardReader) -> None:
         """Map a new reader's rows into the arena (through fd, the descriptor it was opened
         through), when they lie in its file as one run (file_rows); reads use them once published."""
+        if self._may_use_arena():           # else no reader is asked where its rows lie (LMDB reads to answer)
+            where = reader.file_rows(fd)
+            if where is not None:
+                self._map_rows(shard, fd, where)
+
+    def place_run(self, shard: int, fd: int, where: FileRows) -> Optional[np.ndarray]:
+        """Map the rows of a shard that has no reader here into the arena from its file (open as fd,
+        checked), where a small record of its format says they lie (ShardRecords._place_run): the
+        rows as mapped, for the caller to check and then publish_placed (or withdraw); None where
+        they cannot be placed. The caller holds the lock."""
+        if self.generation != OPEN_FILES.generation:
+            self.forget()
+        if self.slots[shard] is not None or not self._may_use_arena() or not self._map_rows(shard, fd, where):
+            return None
+        assert self.arena is not None
+        return self.arena.placed_rows(shard, where.row_count)
+
+    def publish_placed(self, shard: int) -> None:
+        """Let reads use the rows place_run mapped (checked since)."""
+        if self.arena is not None:
+            self.arena.publish(shard)
+
+    def _may_use_arena(self) -> bool:
+        """Whether this LRU places rows in an arena: only while every shard of the dataset fits it
+        (shards coming and going would keep the evicted ones' maps)."""
         if self.arena is None and (self._arena_tried or len(self.slots) > min(self.capacity, process_budget())):
-            self._arena_tried = True    # none (shards come and go: it would keep the evicted ones' maps)
-            return                      # so no reader is asked where its rows lie (LMDB reads to answer)
-        where = reader.file_rows(fd)
-        if where is None:
-            return
+            self._arena_tried = True
+            return False
+        return True
+
+    def _map_rows(self, shard: int, fd: int, where: FileRows) -> bool:
+        """Map a shard's rows into the arena (made for the first shard placed); False where they
+        cannot be."""
         arena = self.arena
         if arena is None:
             self._arena_tried = True
             arena = self.arena = RowArena.create(len(self.slots), self.max_rows, where, arena_map_limit())
             if arena is None:
-                return
-        arena.place(shard, fd, where)
+                return False
+        return arena.place(shard, fd, where)
 
-    def _withdraw(self, shard: int) -> None:
-        """A shard's reader left this LRU: reads of it no longer use its rows."""
+    def withdraw(self, shard: int) -> None:
+        """A shard's reader left this LRU, or its placed rows failed their check: reads of it no
+        longer use its rows."""
         self.slots[shard] = self.rows[shard] = None
         if self.arena is not None:
             self.arena.withdraw(shard)
@@ -216,14 +247,14 @@ class ShardHandles:
     def _release_oldest(self) -> None:
         """Release this dataset's least recently used reader."""
         oldest, evicted = self.ready.popitem(last=False)
-        self._withdraw(oldest)
+        self.withdraw(oldest)
         OPEN_FILES.release(self._keys.pop(oldest), evicted)
 
     def discard(self, shard: int) -> None:
         """Release one shard's reader (one that failed a check must not stay ready)."""
         with self.lock:
             reader = self.ready.pop(shard, None)
-            self._withdraw(shard)
+            self.withdraw(shard)
             if reader is not None:
                 OPEN_FILES.release(self._keys.pop(shard), reader)
 

@@ -182,6 +182,12 @@ class RowArena:
         self._mapped[shard] = self._placed[shard] = first
         return True
 
+    def placed_rows(self, shard: int, count: int) -> np.ndarray:
+        """The `count` rows of a shard as place() mapped them (before publish)."""
+        base = self._placed[shard]
+        assert base >= 0
+        return self.rows[base:base + count]
+
     def publish(self, shard: int) -> None:
         """Let reads of a placed shard (checked since) use its slice."""
         self.bases[shard] = self._placed[shard]

@@ -6,15 +6,17 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import os
+import zlib
 from typing import Any, Dict, List, Optional, Sequence, TypeVar
 
 import numpy as np
 
-from ..errors import CorruptShardError, UsageError
-from ..formats import (SampleChecks, ShardReader, check_reader, check_version, get_format, open_shard_file, reader_of,
-                       recorded_options)
-from ..integrity import hash_shard_file
-from ..manifest import Manifest, load_manifest
+from ..codecs.row_crc import row_crc32
+from ..errors import CorruptSampleError, CorruptShardError, ShardkitError, UsageError
+from ..formats import (SampleChecks, ShardFormat, ShardReader, check_reader, check_version, get_format,
+                       open_shard_file, reader_of, recorded_options)
+from ..integrity import ShardFolder, hash_shard_file
+from ..manifest import SHARDS_DIR, Manifest, load_manifest
 from ..records import Encoded
 from ..sample_table import SampleTable, read_labels
 from .handles import ShardHandles, process_budget
@@ -24,6 +26,10 @@ from .openfiles import OPEN_FILES
 
 _Records = TypeVar("_Records", bound="ShardRecords")
 
+#: The largest run of rows (bytes) of a shard that _place_run maps and checks whole (CRC32) when it
+#: opens: below it a shard's open is an open, a pread and a map (tens of us, where a reader takes
+#: hundreds); above it a reader's checks cost less than reading every row.
+RUN_CHECK_BYTES = 64 << 10
 #: Samples per shard from which a batch is read in one pass per shard (read_many) rather than
 #: sample by sample: below it the grouping costs more than a format's one-pass read saves.
 MIN_GROUP = 16
@@ -87,6 +93,15 @@ class ShardRecords:
         self._by_rows = self.manifest.sample_table is not None and self.manifest.schema.is_array
         #: The most rows a shard holds, when reads index rows (the layout of the shards' row arena).
         self._max_rows = int(np.max(shards.num_samples)) if self._by_rows and len(shards) else 0
+        #: Whether a shard not ready here is placed straight from its file (_place_run) before a
+        #: reader is opened for it: small shards, each row's bytes checked when placed.
+        self._runs_first = bool(self._max_rows) and verify_checksums != "full" and \
+            type(fmt).row_run is not ShardFormat.row_run and \
+            self._max_rows * self.manifest.schema.sample_nbytes <= RUN_CHECK_BYTES
+        #: Each shard's CRC32 of its rows back to back, from the sample table (computed on first use).
+        self._run_crcs: Optional[np.ndarray] = None
+        #: DST/shards held open for _place_run's opens (made on first use, in each process).
+        self._folder: Optional[ShardFolder] = None
         self._handles = ShardHandles(max_open_shards, len(shards), self._max_rows)
 
     def __len__(self) -> int:
@@ -137,14 +152,18 @@ class ShardRecords:
 
     def open_shards(self) -> int:
         """Open and check the first max_open_shards shards (every shard when they fit) in this
-        process now, as their first reads would; returns how many are ready. DataLoader workers
+        process now, as their first reads would (a small shard placed from its file, without a
+        reader); returns how many are ready. DataLoader workers
         forked afterwards start with the map-only ones (uncompressed HDF5 and .pt shards) ready,
         and read the rows of those in the row arena (one-block LMDB shards too) without a reader,
         instead of opening each shard again every epoch when their workers are not persistent."""
-        count = min(len(self._paths), self.max_open_shards, process_budget())
+        count, placed = min(len(self._paths), self.max_open_shards, process_budget()), 0
         for shard in range(count):
-            self.reader(shard)
-        return len(self._handles)
+            if self._runs_first and self._place_run(shard):
+                placed += 1
+            else:
+                self.reader(shard)
+        return len(self._handles) + placed
 
     def _sample_table(self) -> SampleTable:
         """The dataset's sample table, mapped once per process."""
@@ -187,11 +206,84 @@ class ShardRecords:
         shard, local = self._locate(index)
         if self._by_rows:
             encoded = self._row(shard, local, index)
+            if encoded is None and self._runs_first and self._place_run(shard):
+                encoded = self._row(shard, local, index)
             if encoded is not None:
                 return encoded
         with self._handles.lock:     # no other thread closes the reader during its read
             reader = self.reader(shard)      # first: opening a shard maps the sample table
             return self._checks.read(reader, shard, local, index, self._table)
+
+    def _place_run(self, shard: int) -> bool:
+        """Place a small shard's rows in the row arena straight from its file, with no reader: open
+        it checked (open_shard_file), ask its format where rows and labels lie (row_run: a pread,
+        no format library), map the rows, and publish them only when the dataset identity and the
+        sample count match the manifest, the labels equal the sample table's and the rows, back to
+        back, have the CRC32 the table's row CRC32s give. False when the shard is not placed so
+        (the reader path then opens and checks it, and names what is wrong, as it does the
+        damaged rows when reads are checked); CorruptSampleError when its rows fail their CRC32s
+        and reads are not checked (verify_checksums=False): no reader would check them."""
+        handles, size = self._handles, int(self._sizes[shard])
+        start, count = self._starts[shard], self._starts[shard + 1] - self._starts[shard]
+        with handles.lock:
+            if handles.arena is not None and handles.arena.bases[shard] >= 0 and handles.slots[shard] is None:
+                return True             # placed so already
+            path = self._paths[shard]
+            try:
+                fd = self._open_run_file(shard, path, size)
+            except (ShardkitError, OSError, ValueError):
+                return False
+            try:
+                table, expected = self._sample_table(), self._expected_run_crcs()
+                run = self._format.row_run(fd, size, path, self.manifest.schema, self._options)
+                if run is None or run.rows.row_count != count or not count or \
+                        (self.manifest.dataset_id is not None and run.dataset_id != self.manifest.dataset_id) or \
+                        os.pread(fd, 8 * count, run.labels_offset) != table.labels[start:start + count].tobytes():
+                    return False
+                rows = handles.place_run(shard, fd, run.rows)
+            except (ShardkitError, OSError, ValueError, OverflowError):
+                return False
+            finally:
+                os.close(fd)
+            if rows is None:
+                return False
+            if zlib.crc32(rows) != expected[shard]:
+                handles.withdraw(shard)
+                if self.verify_checksums:
+                    return False        # the reader path checks every read: only the damaged rows fail
+                self.reader(shard)      # names it when the shard's own tables differ from the sample table's
+                handles.discard(shard)  # they do not: its rows are damaged, and no read may take them
+                self._refuse_rows(shard, rows, table.crcs[start:start + count])
+            handles.publish_placed(shard)
+        return True
+
+    def _open_run_file(self, shard: int, path: str, size: int) -> int:
+        """A checked descriptor of a shard's file for _place_run: through the dataset's shards/
+        folder, held open, when the shard is a plain name in it (as convert names them), else by
+        its path (open_shard_file)."""
+        folder_name, _, name = self._names[shard].rpartition("/")
+        if folder_name != SHARDS_DIR:
+            return open_shard_file(path, self.root, size, f"shard {shard}")
+        folder = self._folder
+        if folder is None:
+            folder = self._folder = ShardFolder(os.path.join(self.root, SHARDS_DIR), self.root)
+        return folder.open(name, size)
+
+    def _expected_run_crcs(self) -> np.ndarray:
+        """The CRC32 of each shard's rows back to back, combined from the sample table's row CRC32s."""
+        crcs = self._run_crcs
+        if crcs is None:
+            crcs = self._run_crcs = self._sample_table().run_crcs(self.shard_starts, self.manifest.schema.sample_nbytes)
+        return crcs
+
+    def _refuse_rows(self, shard: int, rows: np.ndarray, crcs: np.ndarray) -> None:
+        """CorruptSampleError naming the first row of a placed shard whose CRC32 is not the sample
+        table's (found when the shard's rows were checked whole)."""
+        bad = np.flatnonzero(row_crc32(rows.reshape(len(rows), -1).view(np.uint8)) != crcs)
+        local = int(bad[0]) if len(bad) else 0
+        path, name = self._checks.where(shard)
+        raise CorruptSampleError(path, local, "fails its CRC32 check (its shard's rows were checked when it "
+                                 "opened; run shardkit verify)", shard=name, global_index=self._starts[shard] + local)
 
     def _row(self, shard: int, local: int, index: int) -> Optional[Encoded]:
         """The read of a fixed-shape row of a ready shard that published its rows: the same payload
@@ -213,8 +305,9 @@ class ShardRecords:
         if len(handles.ready) >= handles.capacity:     # order matters only once something must go
             try:
                 handles.ready.move_to_end(shard)
-            except KeyError:            # another thread released it a moment ago: open it again
-                return None
+            except KeyError:    # placed without a reader (_place_run), or released a moment ago: open it again
+                if arena is None or arena.bases[shard] < 0:
+                    return None
         payload = rows[position]
         if payload is None:             # a row source whose map has closed since: open it again
             return None
@@ -275,7 +368,7 @@ class ShardRecords:
         state = dict(self.__dict__)
         # handles never cross processes
         state["_handles"] = ShardHandles(self.max_open_shards, len(self._paths), self._max_rows)
-        state["_table"] = None      # nor maps
+        state["_table"] = state["_run_crcs"] = state["_folder"] = None     # nor maps, descriptors or what they give
         return state
 
 
