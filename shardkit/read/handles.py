@@ -184,14 +184,20 @@ class ShardHandles:
             if where is not None:
                 self._map_rows(shard, fd, where)
 
-    def place_run(self, shard: int, fd: int, where: FileRows) -> Optional[np.ndarray]:
-        """Map the rows of a shard that has no reader here into the arena from its file (open as fd,
-        checked), where a small record of its format says they lie (ShardRecords._place_run): the
-        rows as mapped, for the caller to check and then publish_placed (or withdraw); None where
-        they cannot be placed. The caller holds the lock."""
+    def may_place_run(self, shard: int) -> bool:
+        """Whether place_run can take a shard with no reader here: asked before its file is opened,
+        so a dataset whose shards cannot go to an arena opens each file once, through its reader.
+        The caller holds the lock."""
         if self.generation != OPEN_FILES.generation:
             self.forget()
-        if self.slots[shard] is not None or not self._may_use_arena() or not self._map_rows(shard, fd, where):
+        return self.slots[shard] is None and self._may_use_arena() and (self.arena is None or self.arena.usable)
+
+    def place_run(self, shard: int, fd: int, where: FileRows) -> Optional[np.ndarray]:
+        """Map the rows of a shard that may_place_run allowed into the arena from its file (open as
+        fd, checked), where a small record of its format says they lie (ShardRecords._place_run):
+        the rows as mapped, for the caller to check and then publish_placed (or withdraw); None
+        where they cannot be placed. The caller holds the lock."""
+        if not self._map_rows(shard, fd, where):
             return None
         assert self.arena is not None
         return self.arena.placed_rows(shard, where.row_count)

@@ -228,6 +228,8 @@ class ShardRecords:
         with handles.lock:
             if handles.arena is not None and handles.arena.bases[shard] >= 0 and handles.slots[shard] is None:
                 return True             # placed so already
+            if not handles.may_place_run(shard):
+                return False
             path = self._paths[shard]
             try:
                 fd = self._open_run_file(shard, path, size)

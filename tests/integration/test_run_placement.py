@@ -215,3 +215,15 @@ def test_links_and_special_files_are_never_placed(table: Path, tmp_path: Path, f
             ds[PER_SHARD]
         arena = ds._handles.arena
         assert arena is None or arena.bases[1] < 0
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "pt"])
+def test_without_an_arena_each_shard_is_opened_once_through_its_reader(table: Path, fmt: str) -> None:
+    """A budget below the shard count keeps no arena: a miss goes straight to the reader path,
+    without first opening the file for a placement that cannot happen."""
+    expected = _expected(table)
+    with shardkit.open_dataset(table, decode=None, max_open_shards=4) as ds:
+        for i in np.random.default_rng(1).permutation(len(ds)).tolist():
+            row, label = ds[i]
+            assert np.array_equal(row, expected[i][0]) and label == expected[i][1]
+        assert ds._handles.arena is None and ds._folder is None
