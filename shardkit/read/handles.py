@@ -105,6 +105,9 @@ class ShardHandles:
         #: where an arena cannot be used: _arena_tried).
         self.arena: Optional[RowArena] = None
         self._arena_tried = False
+        #: Whether forks no longer place this dataset's shards (ShardRecords.place_before_fork): the
+        #: first did, or the dataset was closed (a fork does not reopen what its owner closed).
+        self.swept = False
         self._keys: Dict[int, Hashable] = {}
         self.generation = OPEN_FILES.generation
         #: This LRU's lock: its changes (and the registry calls between them) are one step for the
@@ -190,7 +193,12 @@ class ShardHandles:
         The caller holds the lock."""
         if self.generation != OPEN_FILES.generation:
             self.forget()
-        return self.slots[shard] is None and self._may_use_arena() and (self.arena is None or self.arena.usable)
+        return self.slots[shard] is None and self.may_place()
+
+    def may_place(self) -> bool:
+        """Whether this LRU may still place shards in an arena (not when one failed or cannot be
+        made, or the dataset's shards do not all fit the LRU)."""
+        return self._may_use_arena() and (self.arena is None or self.arena.usable)
 
     def place_run(self, shard: int, fd: int, where: FileRows) -> Optional[np.ndarray]:
         """Map the rows of a shard that may_place_run allowed into the arena from its file (open as
@@ -250,6 +258,15 @@ class ShardHandles:
                 if self.arena is not None:
                     self.arena.publish(shard)
 
+    def release_placed(self, shard: int) -> None:
+        """Release a shard's reader but keep its rows published in the arena, as a fork keeps them
+        for a child (after_fork): reads of the rows need no reader, and the process no descriptor."""
+        with self.lock:
+            reader = self.ready.pop(shard, None)
+            self.slots[shard] = self.rows[shard] = None
+            if reader is not None:
+                OPEN_FILES.release(self._keys.pop(shard), reader)
+
     def _release_oldest(self) -> None:
         """Release this dataset's least recently used reader."""
         oldest, evicted = self.ready.popitem(last=False)
@@ -281,6 +298,7 @@ class ShardHandles:
                 for shard, reader in self.ready.items():
                     OPEN_FILES.release(self._keys[shard], reader)
             self.forget()
+            self.swept = True
 
     def __len__(self) -> int:
         return len(self.ready) if self.generation == OPEN_FILES.generation else 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import os
+import weakref
 import zlib
 from typing import Any, Dict, List, Optional, Sequence, TypeVar
 
@@ -33,6 +34,26 @@ RUN_CHECK_BYTES = 64 << 10
 #: Samples per shard from which a batch is read in one pass per shard (read_many) rather than
 #: sample by sample: below it the grouping costs more than a format's one-pass read saves.
 MIN_GROUP = 16
+
+
+#: Datasets whose shards a fork first places in their row arena (place_before_fork), held weakly.
+_PLACED_AT_FORK: "weakref.WeakSet[ShardRecords]" = weakref.WeakSet()
+
+
+def _place_before_fork() -> None:
+    """Before this process forks: every live dataset places what it can in its row arena, so the
+    child (a DataLoader worker, persistent or not) inherits it (ShardRecords.place_before_fork)."""
+    for records in list(_PLACED_AT_FORK):
+        try:
+            records.place_before_fork()
+        except Exception:       # a fork must go on whatever a dataset meets: its reads name it later
+            pass
+
+
+# Registered after openfiles' hook, so called before it (before-fork hooks run in reverse order of
+# registration): the placements take the locks that hook then holds over the fork.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_place_before_fork)
 
 
 class ShardRecords:
@@ -103,6 +124,8 @@ class ShardRecords:
         #: DST/shards held open for _place_run's opens (made on first use, in each process).
         self._folder: Optional[ShardFolder] = None
         self._handles = ShardHandles(max_open_shards, len(shards), self._max_rows)
+        if self._max_rows and verify_checksums != "full":
+            _PLACED_AT_FORK.add(self)
 
     def __len__(self) -> int:
         return self._length
@@ -164,6 +187,48 @@ class ShardRecords:
             else:
                 self.reader(shard)
         return len(self._handles) + placed
+
+    def place_before_fork(self) -> int:
+        """Place every shard whose rows can go to the row arena there now, once per arena (a fork
+        calls it first): DataLoader workers forked afterwards, a new pair each epoch when not
+        persistent, then read those rows without opening the shards again. Small shards are placed
+        from their file with no reader (_place_run); others open a reader as a first read would,
+        released once its rows are published (no descriptor held), and the first not placed ends it
+        (its format places none). A shard that fails is left to its first read, which names it.
+        Nothing is done while another thread holds the dataset's LRU (a fork must not wait on it:
+        the next fork tries again). Returns how many shards are placed."""
+        handles = self._handles
+        if handles.swept or not self._max_rows or self.verify_checksums == "full" or \
+                not handles.lock.acquire(blocking=False):
+            return 0
+        try:
+            handles.swept = True
+            return self._place_every_shard()
+        finally:
+            handles.lock.release()
+
+    def _place_every_shard(self) -> int:
+        """place_before_fork's sweep, under the LRU's lock."""
+        handles, placed = self._handles, 0
+        for shard in range(len(self._paths)):
+            if not handles.may_place():
+                break
+            try:
+                if self._runs_first:
+                    placed += self._place_run(shard)
+                    continue
+                if handles.slots[shard] is not None:
+                    continue
+                self.reader(shard)
+            except (ShardkitError, OSError, ValueError):
+                continue
+            arena = handles.arena
+            if arena is None or arena.bases[shard] < 0:
+                handles.discard(shard)
+                break
+            handles.release_placed(shard)
+            placed += 1
+        return placed
 
     def _sample_table(self) -> SampleTable:
         """The dataset's sample table, mapped once per process."""
