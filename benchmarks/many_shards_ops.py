@@ -11,11 +11,13 @@ writing the shard (the time in write_shard_file: encoding its rows, the format w
 and the fixed cost (everything else: fsyncs, rename, hash, done record, manifest entry); the split
 needs --workers 1. quick-own is verify --quick with a peek that costs nothing (the manifest's own
 values), in this one process (no workers, no LMDB child processes): verify's own cost per shard,
-whatever the format's peek costs.
+whatever the format's peek costs. hash is the floor of full: sha256 of every file in DST, one
+after the other, in this one process (hashlib.file_digest), which verify's full mode must at
+least do.
 
     python benchmarks/many_shards_ops.py [--rows 20000] [--few 100] [--many 10000] [--synthetic 100000]
         [--convert-many 2000] [--repeat 3] [--format hdf5] [--baseline main] [--workers 1]
-        [--ops open,quick,quick-own,full,convert] [--keep DIR]
+        [--ops open,quick,quick-own,full,hash,convert] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -79,6 +81,12 @@ if op == "open":
 elif op in ("quick", "full"):
     report = verify(dst, mode=op, workers=int(workers))
     assert report.ok, report.problems[:3]
+elif op == "hash":
+    import hashlib, os
+    for folder, _, names in os.walk(dst):
+        for name in names:
+            with open(os.path.join(folder, name), "rb") as handle:
+                hashlib.file_digest(handle, "sha256")
 elif op == "convert":
     shardkit.convert(src, dst, format=fmt, samples_per_shard=int(per_shard), label_column="kind", quiet=True,
                      workers=int(workers))
@@ -139,7 +147,7 @@ def main() -> None:
     parser.add_argument("--format", default="hdf5")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--baseline", default=None, help="git ref to compare against (e.g. main)")
-    parser.add_argument("--ops", default="open,quick,full,convert")
+    parser.add_argument("--ops", default="open,quick,full,hash,convert")
     parser.add_argument("--keep", default=None, help="folder for the datasets, reused by later runs")
     args = parser.parse_args()
     ops = args.ops.split(",")
@@ -163,7 +171,7 @@ def main() -> None:
         if not (synthetic / "manifest.json").exists():
             shutil.rmtree(synthetic, ignore_errors=True)
             synthetic_manifest(datasets[args.many], synthetic, args.synthetic)
-        cases = [(op, n, datasets[n]) for op in ("open", "quick", "quick-own", "full") if op in ops
+        cases = [(op, n, datasets[n]) for op in ("open", "quick", "quick-own", "full", "hash") if op in ops
                  for n in (args.few, args.many)]
         if "open" in ops:
             cases.append(("open", args.synthetic, synthetic))
