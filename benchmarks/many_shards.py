@@ -11,16 +11,20 @@ For each format, the same CSV rows are converted into --few shards and into --ma
               in a dataset opened after the first was closed (one process's maps hold the row arena
               of about 15,800 shards: docs/formats.md)
   sampler     the same in ShardAwareSampler order
-  loader      samples per second through DataLoader(batch_size=256, num_workers=2, RandomSampler),
-              decode=None, workers not persistent (each epoch's fresh workers open every shard
-              again), last of --epochs epochs (the first warms the page cache)
-  opened      the same after ds.open_shards() in the parent: the forked workers keep its map-only
-              readers (HDF5, PT) instead of opening the shards again (LMDB's they cannot keep)
+  first       samples per second through DataLoader(batch_size=256, num_workers=2, RandomSampler),
+              decode=None, workers not persistent (PyTorch's default), first epoch of a dataset
+              the parent never read: its time includes the first fork's placing of every shard
+              the row arena can take in the parent (ShardRecords.place_before_fork)
+  loader      the same, last of --epochs epochs: each epoch's fresh workers inherit what the
+              first fork placed, and open the rest again
+  unplaced    the same as loader for a dataset closed before its loader starts (ds.close(): forks
+              then place nothing), whose workers open every shard they read again each epoch: the
+              loader before forks placed shards, measured in the same run
   persistent  the same as loader with persistent_workers=True: the last epoch's workers opened
               their shards in an earlier epoch
   private     the largest worker's private memory (Private_Clean + Private_Dirty of
               /proc/self/smaps_rollup, MiB, every 32nd batch) over one more, untimed epoch of
-              the loader, lazy / opened
+              the loader
 
 Rates are medians of --repeats, few and many interleaved within each repeat; the ratio many/few
 is the median of the per-repeat ratios, so machine noise hits both alike.
@@ -94,26 +98,26 @@ def _private_in_worker(batch: list) -> float:
         return sum(int(line.split()[1]) for line in handle if line.startswith(kinds)) / 1024
 
 
-def loader_rate(dst: str, epochs: int, persistent: bool = False, open_first: bool = False) -> "tuple[float, float]":
-    """(samples/s of the last epoch, the largest worker private memory in MiB over one more epoch).
-    Workers not persistent (PyTorch's default): each epoch starts fresh ones, which open every shard
-    they touch again, but those the parent opened (open_first: ds.open_shards()) and they keep."""
+def loader_rate(dst: str, epochs: int, persistent: bool = False, placed: bool = True) -> "tuple[float, float, float]":
+    """(samples/s of the first and of the last epoch, the largest worker private memory in MiB over
+    one more epoch). Workers not persistent (PyTorch's default): each epoch starts fresh ones, which
+    open again every shard they touch but those the first fork placed in the parent's row arena."""
     ds = shardkit.open_dataset(dst, decode=None)
-    if open_first:
-        ds.open_shards()
+    if not placed:
+        ds.close()      # a closed dataset reads on (reopening lazily), but no fork places its shards
 
     def loader(collate: Callable[[list], Any]) -> Any:
         return torch.utils.data.DataLoader(
             ds, batch_size=256, num_workers=2, persistent_workers=persistent, collate_fn=collate,
             sampler=torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)))
-    timed_loader, rate = loader(_count_in_worker), 0.0
+    timed_loader, rates = loader(_count_in_worker), []
     for _ in range(epochs):
         started = time.perf_counter()
-        rate = sum(timed_loader) / (time.perf_counter() - started)
+        rates.append(sum(timed_loader) / (time.perf_counter() - started))
     del timed_loader
     private = 0.0 if persistent else max(loader(_private_in_worker))
     ds.close()
-    return rate, private
+    return rates[0], rates[-1], private
 
 
 def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repeats: int,
@@ -123,8 +127,8 @@ def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repea
                                                        samples_per_shard=-(-rows // count), quiet=True))
                  for count in (few, many)}
     results: Dict[str, Any] = {"convert_ms_per_shard": 1000 * (convert_s[many] - convert_s[few]) / (many - few)}
-    names = ("open", "quick", "uniform", "decoded", "sampler", "loader", "opened", "persistent", "private",
-             "private_opened")
+    names = ("open", "quick", "uniform", "decoded", "sampler", "first", "loader", "unplaced", "persistent",
+             "private")
     samples: Dict[str, Dict[int, List[float]]] = {name: {few: [], many: []} for name in names}
     rng = np.random.default_rng(0)
     for _ in range(repeats):
@@ -142,11 +146,12 @@ def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repea
             ds.close()      # before the next: the process's maps hold one row arena of 10,000 shards, not two
             with shardkit.open_dataset(dst) as decoded:
                 samples["decoded"][count].append(read_rate(decoded, order))
-            for name, open_first in (("loader", False), ("opened", True)):
-                rate, private = loader_rate(dst, epochs, open_first=open_first)
-                samples[name][count].append(rate)
-                samples["private_opened" if open_first else "private"][count].append(private)
-            samples["persistent"][count].append(loader_rate(dst, max(2, epochs), persistent=True)[0])
+            first, last, private = loader_rate(dst, epochs)
+            samples["first"][count].append(first)
+            samples["loader"][count].append(last)
+            samples["private"][count].append(private)
+            samples["unplaced"][count].append(loader_rate(dst, epochs, placed=False)[1])
+            samples["persistent"][count].append(loader_rate(dst, max(2, epochs), persistent=True)[1])
     for name, by_count in samples.items():
         if not by_count[few]:
             by_count = {few: [float("nan")], many: [float("nan")]}
@@ -178,22 +183,25 @@ def main() -> None:
         write_csv(csv, args.rows)
         print(f"{args.rows} rows, {args.few} vs {args.many} shards, {os.cpu_count()} CPUs, load average "
               f"{os.getloadavg()[0]:.1f}")
-        print("| format | shards | uniform /s | decoded /s | sampler /s | loader /s | loader after open_shards /s "
-              "| persistent loader /s | worker private MiB | open_dataset s | verify --quick s | convert ms/shard |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| format | shards | uniform /s | decoded /s | sampler /s | loader, first epoch /s | loader /s "
+              "| loader, unplaced /s | persistent loader /s | worker private MiB | open_dataset s | verify --quick s "
+              "| convert ms/shard |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for fmt in args.formats:
             res = measure(fmt, csv, work, args.rows, args.few, args.many, args.repeats, args.reads, args.epochs,
                           not args.no_quick)
             for count in (args.few, args.many):
                 convert = f"{res['convert_ms_per_shard']:.2f}" if count == args.many else ""
                 print(f"| {fmt} | {count:,} | {res['uniform'][count]:,.0f} | {res['decoded'][count]:,.0f} "
-                      f"| {res['sampler'][count]:,.0f} | {res['loader'][count]:,.0f} | {res['opened'][count]:,.0f} "
+                      f"| {res['sampler'][count]:,.0f} | {res['first'][count]:,.0f} | {res['loader'][count]:,.0f} "
+                      f"| {res['unplaced'][count]:,.0f} "
                       f"| {res['persistent'][count]:,.0f} "
-                      f"| {res['private'][count]:.0f} / {res['private_opened'][count]:.0f} "
+                      f"| {res['private'][count]:.0f} "
                       f"| {res['open'][count]:.3f} "
                       f"| {_shown(res['quick'][count], '.3f')} | {convert} |")
             print(f"| {fmt} | ratio | {res['uniform']['ratio']:.2f}x | {res['decoded']['ratio']:.2f}x "
-                  f"| {res['sampler']['ratio']:.2f}x | {res['loader']['ratio']:.2f}x | {res['opened']['ratio']:.2f}x "
+                  f"| {res['sampler']['ratio']:.2f}x | {res['first']['ratio']:.2f}x | {res['loader']['ratio']:.2f}x "
+                  f"| {res['unplaced']['ratio']:.2f}x "
                   f"| {res['persistent']['ratio']:.2f}x | "
                   f"| {res['open']['ratio']:.1f}x | {_shown(res['quick']['ratio'], '.1f', 'x')} | |",
                   flush=True)
