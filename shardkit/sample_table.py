@@ -114,15 +114,30 @@ def shard_mismatch(tables: ShardTables, labels: np.ndarray, crcs: np.ndarray, st
     return None
 
 
-def read_rows(root: str, entry: Dict[str, Any], start: int, count: int) -> Tuple[np.ndarray, np.ndarray]:
-    """(labels, crcs) of `count` rows from `start`, read with one pread (verify: no map)."""
-    fd = open_table_file(root, entry)
-    try:
-        raw = os.pread(fd, count * ROW_DTYPE.itemsize, start * ROW_DTYPE.itemsize)
-    finally:
-        os.close(fd)
-    rows = np.frombuffer(raw, dtype=ROW_DTYPE, count=len(raw) // ROW_DTYPE.itemsize)
-    return rows["label"], rows["crc32"]
+class TableRows:
+    """The table open (checked, no map) for verify's reads of a few rows each, one shard's at a
+    time: opened once for a batch of shards instead of once per shard. CorruptShardError naming
+    the table when it cannot be opened."""
+
+    def __init__(self, root: str, entry: Dict[str, Any]) -> None:
+        self._fd = open_table_file(root, entry)
+
+    def read(self, start: int, count: int) -> Tuple[np.ndarray, np.ndarray]:
+        """(labels, crcs) of `count` rows from `start`, read with one pread."""
+        raw = os.pread(self._fd, count * ROW_DTYPE.itemsize, start * ROW_DTYPE.itemsize)
+        rows = np.frombuffer(raw, dtype=ROW_DTYPE, count=len(raw) // ROW_DTYPE.itemsize)
+        return rows["label"], rows["crc32"]
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "TableRows":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
 
 
 def read_labels(root: str, entry: Dict[str, Any]) -> np.ndarray:

@@ -14,7 +14,7 @@ from ..errors import CorruptSampleError, CorruptShardError, SampleError
 from ..formats import READ_FAILURES, ShardReader, get_format, recorded_options
 from ..integrity import NotAShardFile, WrongSize, hash_open_file, open_regular
 from ..manifest import Manifest
-from ..sample_table import TABLE_NAME, read_rows, shard_mismatch
+from ..sample_table import TABLE_NAME, TableRows, shard_mismatch
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,10 @@ class ShardCheck:
     """The problems found in one shard of a manifest, each naming its file (and sample, with the
     sample's key once a reader can tell it)."""
 
-    def __init__(self, dst: str, manifest: Manifest, number: int) -> None:
+    def __init__(self, dst: str, manifest: Manifest, number: int, table: Optional[TableRows] = None) -> None:
         self.dst, self.manifest, self.number = dst, manifest, number
+        #: The sample table, when the caller holds it open for many shards (else opened here).
+        self.table = table
         self.entry = manifest.shards[number]
         self.path = os.path.join(dst, self.entry.path)
         self.problems: List[Problem] = []
@@ -122,7 +124,11 @@ class ShardCheck:
         table = self.manifest.sample_table
         assert table is not None
         try:
-            labels, crcs = read_rows(self.dst, table, self.entry.first_index, self.entry.num_samples)
+            if self.table is not None:
+                labels, crcs = self.table.read(self.entry.first_index, self.entry.num_samples)
+            else:
+                with TableRows(self.dst, table) as rows:
+                    labels, crcs = rows.read(self.entry.first_index, self.entry.num_samples)
         except CorruptShardError:
             return      # the table file itself is reported once, by verify
         problem = shard_mismatch(reader.tables(), labels, crcs, 0)
@@ -155,9 +161,22 @@ class ShardCheck:
                 self.problem("sample", f"sample {index} does not decode ({exc})", index)
 
 
-def check_shard(dst: str, manifest: Manifest, number: int, mode: str) -> Tuple[List[Problem], int]:
-    """Problems found in shard `number`, and how many samples were checked one by one."""
-    return ShardCheck(dst, manifest, number).run(mode)
+def check_shard(dst: str, manifest: Manifest, number: int, mode: str,
+                table: Optional[TableRows] = None) -> Tuple[List[Problem], int]:
+    """Problems found in shard `number`, and how many samples were checked one by one (table: the
+    sample table held open for many shards, see open_table_rows)."""
+    return ShardCheck(dst, manifest, number, table).run(mode)
+
+
+def open_table_rows(dst: str, manifest: Manifest, mode: str) -> Optional[TableRows]:
+    """The sample table open for a batch of full or deep checks; None where they read none (quick,
+    no table) or it cannot be opened (verify reports the table itself, once)."""
+    if mode == "quick" or manifest.sample_table is None:
+        return None
+    try:
+        return TableRows(dst, manifest.sample_table)
+    except CorruptShardError:
+        return None
 
 
 def _key_of(reader: Any, index: int) -> Optional[str]:

@@ -17,7 +17,7 @@ from ..manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, load_manifest
 from ..runtime.progress import Progress
 from ..sample_table import TABLE_NAME, open_table_file
 from ..runtime.workers import default_workers, exit_if_importing_main, run_in_workers
-from .shard_checks import Problem, check_shard
+from .shard_checks import Problem, check_shard, open_table_rows
 
 MODES = ("quick", "full", "deep")
 
@@ -150,7 +150,13 @@ def _check_batch_in_worker(batch: Tuple[int, int]) -> List[Tuple[List[Problem], 
 
 
 def _check_batch(dst: str, manifest: Manifest, mode: str, batch: Tuple[int, int]) -> List[Tuple[List[Problem], int]]:
-    return [check_shard(dst, manifest, number, mode) for number in range(*batch)]
+    """check_shard for each shard of a batch, with the sample table opened once for all of them."""
+    table = open_table_rows(dst, manifest, mode)
+    try:
+        return [check_shard(dst, manifest, number, mode, table) for number in range(*batch)]
+    finally:
+        if table is not None:
+            table.close()
 
 
 def _unreadable_format(dst: str, manifest: Manifest) -> Optional[Problem]:
