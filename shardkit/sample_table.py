@@ -133,12 +133,6 @@ class TableRows:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> "TableRows":
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
-
 
 def read_labels(root: str, entry: Dict[str, Any]) -> np.ndarray:
     """Every label, in index order, from the table, once its sha256 matches the manifest's (the

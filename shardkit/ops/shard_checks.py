@@ -37,7 +37,7 @@ class ShardCheck:
 
     def __init__(self, dst: str, manifest: Manifest, number: int, table: Optional[TableRows] = None) -> None:
         self.dst, self.manifest, self.number = dst, manifest, number
-        #: The sample table, when the caller holds it open for many shards (else opened here).
+        #: The sample table open for full and deep checks (None: quick, none, or it cannot be opened).
         self.table = table
         self.entry = manifest.shards[number]
         self.path = os.path.join(dst, self.entry.path)
@@ -121,16 +121,9 @@ class ShardCheck:
 
     def against_sample_table(self, reader: ShardReader) -> None:
         """The shard's own labels and CRC32s against the dataset's sample table (full, deep)."""
-        table = self.manifest.sample_table
-        assert table is not None
-        try:
-            if self.table is not None:
-                labels, crcs = self.table.read(self.entry.first_index, self.entry.num_samples)
-            else:
-                with TableRows(self.dst, table) as rows:
-                    labels, crcs = rows.read(self.entry.first_index, self.entry.num_samples)
-        except CorruptShardError:
+        if self.table is None:
             return      # the table file itself is reported once, by verify
+        labels, crcs = self.table.read(self.entry.first_index, self.entry.num_samples)
         problem = shard_mismatch(reader.tables(), labels, crcs, 0)
         if problem:
             self.problem("table", f"{problem} ({TABLE_NAME})")
@@ -164,8 +157,15 @@ class ShardCheck:
 def check_shard(dst: str, manifest: Manifest, number: int, mode: str,
                 table: Optional[TableRows] = None) -> Tuple[List[Problem], int]:
     """Problems found in shard `number`, and how many samples were checked one by one (table: the
-    sample table held open for many shards, see open_table_rows)."""
-    return ShardCheck(dst, manifest, number, table).run(mode)
+    sample table held open for many shards by open_table_rows, else opened for this one)."""
+    if table is not None:
+        return ShardCheck(dst, manifest, number, table).run(mode)
+    table = open_table_rows(dst, manifest, mode)
+    try:
+        return ShardCheck(dst, manifest, number, table).run(mode)
+    finally:
+        if table is not None:
+            table.close()
 
 
 def open_table_rows(dst: str, manifest: Manifest, mode: str) -> Optional[TableRows]:

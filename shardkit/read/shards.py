@@ -124,7 +124,10 @@ class ShardRecords:
         #: DST/shards held open for _place_run's opens (made on first use, in each process).
         self._folder: Optional[ShardFolder] = None
         self._handles = ShardHandles(max_open_shards, len(shards), self._max_rows)
-        if self._max_rows and verify_checksums != "full":
+        #: Whether a fork places this dataset's shards first (place_before_fork): fixed-shape rows,
+        #: and reads that do not hash each shard in each process.
+        self._placed_at_fork = bool(self._max_rows) and verify_checksums != "full"
+        if self._placed_at_fork:
             _PLACED_AT_FORK.add(self)
 
     def __len__(self) -> int:
@@ -198,8 +201,7 @@ class ShardRecords:
         Nothing is done while another thread holds the dataset's LRU (a fork must not wait on it:
         the next fork tries again). Returns how many shards are placed."""
         handles = self._handles
-        if handles.swept or not self._max_rows or self.verify_checksums == "full" or \
-                not handles.lock.acquire(blocking=False):
+        if handles.swept or not self._placed_at_fork or not handles.lock.acquire(blocking=False):
             return 0
         try:
             handles.swept = True
