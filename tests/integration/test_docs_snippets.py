@@ -11,6 +11,7 @@ the lines right above it:
 """
 from __future__ import annotations
 
+import gc
 import os
 import re
 import subprocess
@@ -118,10 +119,16 @@ def test_page_blocks_run(page: Path, small_tree: Path, tmp_path: Path, monkeypat
     env = {**os.environ, "SRC": src, "DST": dst,
            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
     scope = {"SRC": src, "DST": dst, "__name__": "__docs__"}
-    for block in to_run(page):
-        if block.kind == "python":
-            exec(compile(block.code, block.where, "exec"), scope)
-            continue
-        done = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, f"{block.where} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    try:
+        for block in to_run(page):
+            if block.kind == "python":
+                exec(compile(block.code, block.where, "exec"), scope)
+                continue
+            done = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=tmp_path, env=env,
+                                  capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, f"{block.where} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    finally:
+        # A function a page defines holds the scope as its globals: a cycle that would keep the
+        # page's DataLoader workers (persistent ones too) alive until the garbage collector runs.
+        scope.clear()
+        gc.collect()
