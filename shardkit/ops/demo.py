@@ -18,6 +18,12 @@ def to_small_tensor(image: Any) -> Any:
     return torch.from_numpy(np.asarray(small).copy()).permute(2, 0, 1)
 
 
+def tree_folder(workdir: str, images: int) -> str:
+    """Where the demo draws its sample tree: one folder per image count (`images-400`), so a
+    rerun with another --images never converts the tree drawn for the last one."""
+    return os.path.join(workdir, f"images-{images}")
+
+
 def run_demo(workdir: Optional[str], format_name: str = "hdf5", images: int = 400,
              echo: Callable[[str], None] = print) -> float:
     """Run the demo in workdir (a temporary folder if None); returns the epoch's samples/s."""
@@ -31,8 +37,7 @@ def run_demo(workdir: Optional[str], format_name: str = "hdf5", images: int = 40
     from ..samples import make_image_tree
     if images < 1:
         raise UsageError(f"--images must be at least 1, not {images}")
-    # One tree per size: a folder reused with another --images never converts the old tree.
-    src, dst = os.path.join(workdir, f"images-{images}"), os.path.join(workdir, f"dataset-{format_name}")
+    src, dst = tree_folder(workdir, images), os.path.join(workdir, f"dataset-{format_name}")
     if os.path.isdir(src):
         echo(f"1/4 reusing the {images} sample images drawn earlier in {src}")
     else:

@@ -1,6 +1,7 @@
 """The README's demo runs end to end (on fewer images) and reports a throughput."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,10 @@ from click.testing import CliRunner
 import shardkit
 import shardkit.ops.demo
 from shardkit.cli import main
+from shardkit.cli.demo_cmd import command as demo_command
+from shardkit.ops.demo import tree_folder
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_demo_command(tmp_path: Path) -> None:
@@ -17,6 +22,7 @@ def test_demo_command(tmp_path: Path) -> None:
     assert "OK: 1 shards, 48 samples checked" in result.output
     assert "read 48 samples (12 circle, 12 square, 12 stripes, 12 triangle) at" in result.output
     assert (tmp_path / "dataset-hdf5" / "manifest.json").is_file()
+    assert (Path(tree_folder(str(tmp_path), 48)) / "circle").is_dir()
 
 
 def test_demo_reused_folder_follows_images_and_says_deep(tmp_path: Path) -> None:
@@ -34,3 +40,18 @@ def test_demo_refuses_zero_images(tmp_path: Path) -> None:
     assert "--images" in result.output and result.output.count("\n") == 1
     with pytest.raises(shardkit.UsageError, match="at least 1"):
         shardkit.ops.demo.run_demo(str(tmp_path), images=0)
+
+
+def test_the_docs_name_the_folder_the_demo_draws() -> None:
+    """A page that runs `shardkit demo --dir D [--images N]` and then names D/images... names the
+    folder the demo really drew (one per image count), so its next command runs as written."""
+    default = next(param.default for param in demo_command.params if param.name == "images")
+    checked = 0
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = page.read_text()
+        for match in re.finditer(r"shardkit demo --dir (\S+?)(?: --images (\d+))?[`\s]", text):
+            workdir, images = match.group(1), int(match.group(2) or default)
+            for named in re.findall(re.escape(workdir) + r"/images[\w-]*", text):
+                assert named == tree_folder(workdir, images), f"{page.name} names {named} after {match.group(0)!r}"
+                checked += 1
+    assert checked >= 3

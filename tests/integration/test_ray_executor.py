@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
@@ -14,6 +16,7 @@ import pytest
 import shardkit
 from shardkit.samples import make_image_tree
 from tests.faults.helpers import EPOCH, done_records, start_cli, tree_bytes, wait_for
+from tests.integration.test_docs_snippets import REPO, page_blocks
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'shardkit[ray]')")
 
@@ -39,6 +42,20 @@ def big_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def epoch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH["SOURCE_DATE_EPOCH"])
+
+
+def test_the_scale_out_recipe_runs_as_written(tmp_path: Path) -> None:
+    """docs/scale-out.md's first try on one machine: its block, unchanged, in a fresh folder."""
+    page = REPO / "docs" / "scale-out.md"
+    [block] = [block for block in page_blocks(page)
+               if block.marker("run-by") == "tests/integration/test_ray_executor.py"]
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{block.where}:\n{done.stdout}\n{done.stderr}"
+    assert "OK (full check of 1 shards)" in done.stdout
+    with shardkit.open_dataset(str(tmp_path / "scale-demo" / "ray-out")) as converted:
+        assert len(converted) == 64
 
 
 def _local(src: Path, dst: Path, per_shard: int) -> Dict[str, bytes]:
