@@ -23,7 +23,7 @@ Cold numbers need root (drop_caches); without it they are skipped with a note.
     PYTHONPATH=. python benchmarks/formats.py --images 36000 --unique 2000 --runs 1 \
         --warm-samples 0 --shard-size 256MB --miss-samples 100          # 2 GB, ~6 min + the tree
 
-Results and their reading: docs/formats.md.
+Results: docs/benchmarks.md ("Format choice"); their reading: docs/formats.md.
 """
 from __future__ import annotations
 

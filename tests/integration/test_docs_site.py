@@ -3,6 +3,7 @@ and anchor resolves, and the generated CLI and Python API references render."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,12 +30,16 @@ def test_site_builds_strict(tmp_path: Path) -> None:
         assert name in api, f"the generated API reference lacks {name}"
     assert (site / "formats" / "hdf5" / "index.html").is_file(), "formats/ pages are not on the site"
     assert (site / "formats" / "manifest.schema.json").is_file()
+    benchmarks = (site / "benchmarks" / "index.html").read_text()
+    figures = re.findall(r'src="\.\./(img/[\w-]+\.png)"', benchmarks)
+    assert len(figures) >= 5, "the benchmarks page shows no figures"
+    for figure in figures:
+        assert (site / figure).is_file(), f"the benchmarks page shows {figure}, which the site lacks"
 
 
 def test_readme_links_are_absolute_and_resolve() -> None:
     """README.md is also the PyPI page, where relative links break: every link is an absolute
     GitHub link to a file or folder of this repository (or another site)."""
-    import re
     links = re.findall(r"\]\(([^)]+)\)", (REPO / "README.md").read_text())
     assert links
     prefix = re.compile(r"^https://github\.com/shardkit/shardkit/(blob|tree)/main/(.+)$")
