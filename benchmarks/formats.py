@@ -45,7 +45,6 @@ import torch.utils.data
 
 import shardkit
 from shardkit.formats import format_names, get_format
-from shardkit.read.handles import HANDLES
 from shardkit.manifest import load_manifest
 from shardkit.samples import make_photo_tree
 from shardkit.schema import SampleSchema
@@ -165,7 +164,6 @@ class Peaks:
 def read_rate(make_dataset: Callable[[], Any], samples: int, seed: int, cold: bool,
               batch_size: int, workers: int) -> Tuple[float, int, int]:
     """(samples/s, peak worker RssAnon MiB, peak worker RssFile MiB) of random raw reads."""
-    HANDLES.close_all()
     if cold:
         drop_caches()
     dataset = make_dataset()
@@ -178,12 +176,12 @@ def read_rate(make_dataset: Callable[[], Any], samples: int, seed: int, cold: bo
         count = sum(len(batch) for batch in loader)
         seconds = time.perf_counter() - started
     assert count == samples
+    dataset.close()
     return samples / seconds, peaks.anon, peaks.file
 
 
 def open_cost(dst: str, cold: bool, **options: Any) -> float:
     """Median microseconds to open a shard, check its structure, count it and close it."""
-    HANDLES.close_all()
     manifest = load_manifest(dst)
     fmt = get_format(manifest.format_name)
     if cold:
@@ -218,7 +216,6 @@ _DEVICE: Dict[str, str] = {}
 
 def cache_miss_reads(dst: str, samples: int, seed: int, **options: Any) -> Tuple[float, float]:
     """(samples/s, KiB read from the device per sample) of random reads that all miss the cache."""
-    HANDLES.close_all()
     manifest = load_manifest(dst)
     fmt = get_format(manifest.format_name)
     paths = [os.path.join(dst, entry.path) for entry in manifest.shards]

@@ -12,14 +12,13 @@ For each format, the same CSV rows are converted into --few shards and into --ma
               of about 15,800 shards: docs/formats.md)
   sampler     the same in ShardAwareSampler order
   first       samples per second through DataLoader(batch_size=256, num_workers=2, RandomSampler),
-              decode=None, workers not persistent (PyTorch's default), first epoch of a dataset
-              the parent never read: its time includes the first fork's placing of every shard
-              the row arena can take in the parent (ShardRecords.place_before_fork)
-  loader      the same, last of --epochs epochs: each epoch's fresh workers inherit what the
-              first fork placed, and open the rest again
-  unplaced    the same as loader for a dataset closed before its loader starts (ds.close(): forks
-              then place nothing), whose workers open every shard they read again each epoch: the
-              loader before forks placed shards, measured in the same run
+              decode=None, workers not persistent (PyTorch's default), first epoch, after
+              ds.open_shards() in the parent (docs/training.md): its time includes that call, which
+              locates every shard's rows in the parent's row arena
+  loader      the same, last of --epochs epochs: each epoch's fresh workers inherit what
+              open_shards() placed
+  unplaced    the same as loader without ds.open_shards(): the workers open every shard they read
+              again each epoch, measured in the same run
   persistent  the same as loader with persistent_workers=True: the last epoch's workers opened
               their shards in an earlier epoch
   private     the largest worker's private memory (Private_Clean + Private_Dirty of
@@ -49,7 +48,6 @@ import torch.utils.data
 
 import shardkit
 from shardkit.formats import format_names
-from shardkit.read.handles import HANDLES
 
 
 def write_csv(path: str, rows: int) -> None:
@@ -101,19 +99,21 @@ def _private_in_worker(batch: list) -> float:
 def loader_rate(dst: str, epochs: int, persistent: bool = False, placed: bool = True) -> "tuple[float, float, float]":
     """(samples/s of the first and of the last epoch, the largest worker private memory in MiB over
     one more epoch). Workers not persistent (PyTorch's default): each epoch starts fresh ones, which
-    open again every shard they touch but those the first fork placed in the parent's row arena."""
+    open again every shard they touch but those the parent opened (ds.open_shards(), when placed)."""
     ds = shardkit.open_dataset(dst, decode=None)
-    if not placed:
-        ds.close()      # a closed dataset reads on (reopening lazily), but no fork places its shards
+    started = time.perf_counter()
+    if placed:
+        ds.open_shards()
+    preparing = time.perf_counter() - started
 
     def loader(collate: Callable[[list], Any]) -> Any:
         return torch.utils.data.DataLoader(
             ds, batch_size=256, num_workers=2, persistent_workers=persistent, collate_fn=collate,
             sampler=torch.utils.data.RandomSampler(ds, generator=torch.Generator().manual_seed(0)))
     timed_loader, rates = loader(_count_in_worker), []
-    for _ in range(epochs):
+    for epoch in range(epochs):
         started = time.perf_counter()
-        rates.append(sum(timed_loader) / (time.perf_counter() - started))
+        rates.append(sum(timed_loader) / (time.perf_counter() - started + (preparing if epoch == 0 else 0.0)))
     del timed_loader
     private = 0.0 if persistent else max(loader(_private_in_worker))
     ds.close()
@@ -134,7 +134,6 @@ def measure(fmt: str, csv: str, work: str, rows: int, few: int, many: int, repea
     for _ in range(repeats):
         for count in (few, many):
             dst = dsts[count]
-            HANDLES.close_all()
             samples["open"][count].append(timed(lambda: shardkit.open_dataset(dst, decode=None)))
             if quick:
                 samples["quick"][count].append(timed(lambda: shardkit.verify(dst, mode="quick")))

@@ -7,11 +7,12 @@ everything first), and the per-shard time is split into:
 
   file check   checked.open_shard_file: the shard's real path inside root, open O_NOFOLLOW, fstat
   reader       fmt.open_reader on that descriptor: the format's open and shardkit's structure checks
-  dataset      ds.reader(k) as a whole (file check + reader + identity and count checks + LRU)
-  placed       what a first read does instead for a small shard (ShardRecords._place_run: the
-               file opened through the held shards/ folder, the locator, the rows mapped into the
-               row arena and checked against the sample table), no reader; "-" where the dataset
-               does not place its shards so (LMDB, compressed rows, shards over RUN_CHECK_BYTES)
+  dataset      ds.shard_cache.reader(k) as a whole (file check + reader + identity, count and
+               sample-table checks + the cache)
+  placed       what a first read of a row does instead (the file opened through the held shards/
+               folder, its rows located by the format's own record, checked against the sample
+               table and mapped into the row arena), no reader; "-" where rows are not located
+               (compressed rows, older format versions)
 
 With --profile, the reader's time is broken down by function (cProfile, tottime, top --top).
 
@@ -34,14 +35,12 @@ from typing import Dict, List
 
 import shardkit
 from shardkit.formats import format_names, get_format, open_shard_file, recorded_options
-from shardkit.read.handles import HANDLES
 
 from many_shards import write_csv     # type: ignore[import-not-found]
 
 
 def per_shard_ms(ds: shardkit.ShardDataset, stage: str) -> float:
     """Milliseconds per shard of one stage over every shard of ds, nothing open before."""
-    HANDLES.close_all()
     ds.close()
     fmt = get_format(ds.manifest.format_name)
     shards = ds.manifest.shards
@@ -62,14 +61,16 @@ def per_shard_ms(ds: shardkit.ShardDataset, stage: str) -> float:
             reader.close()
         return 1000 * elapsed / len(paths)
     elif stage == "placed":
-        if not ds._runs_first:
+        cache = ds.shard_cache
+        if cache.row(0, 0) is None:
             return float("nan")
-        for shard in range(len(paths)):
-            if not ds._place_run(shard):
+        for shard in range(1, len(paths)):
+            if cache.row(shard, 0) is None:
                 raise SystemExit(f"shard {shard} of {ds.root} was not placed")
     else:
-        for shard in range(len(paths)):
-            ds.reader(shard)
+        with ds.shard_cache as cache:
+            for shard in range(len(paths)):
+                cache.reader(shard)
     elapsed = time.perf_counter() - started
     ds.close()
     return 1000 * elapsed / len(paths)
@@ -77,7 +78,7 @@ def per_shard_ms(ds: shardkit.ShardDataset, stage: str) -> float:
 
 def profile_reader(ds: shardkit.ShardDataset, top: int) -> str:
     """The reader stage under cProfile: the functions with the most time of their own."""
-    HANDLES.close_all()
+    ds.close()
     fmt = get_format(ds.manifest.format_name)
     paths = [os.path.join(ds.root, entry.path) for entry in ds.manifest.shards]
     profiler = cProfile.Profile()

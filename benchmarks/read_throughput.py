@@ -47,7 +47,6 @@ import torch.utils.data
 
 import shardkit
 from shardkit.formats import format_names
-from shardkit.read.handles import HANDLES
 from shardkit.samples import make_photo_tree
 
 FLOOR = "(b) mmap floor"
@@ -216,7 +215,9 @@ def contenders(floor: str, datasets: Dict[str, str], paths: List[str], labels: n
             if (as_bytes(payload) != expected or as_bytes(carried) != expected or label != labels[index]
                     or carried_label not in (None, labels[index])):
                 raise SystemExit(f"{name}: sample {index} differs from {paths[index]}; not comparable")
-    HANDLES.close_all()
+        close = getattr(getattr(dataset, "dataset", dataset), "close", None)
+        if close is not None:
+            close()
     return made
 
 

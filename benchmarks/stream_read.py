@@ -23,7 +23,6 @@ from typing import Any, Callable, Dict, Iterable
 import torch.utils.data
 
 import shardkit
-from shardkit.read.handles import HANDLES
 from shardkit.samples import make_photo_tree
 
 
@@ -72,7 +71,7 @@ def main() -> None:
     nbytes = 0
     for _ in range(args.repeat):
         for name, run in contenders.items():
-            HANDLES.close_all()            # no reader stays open from the previous contender
+            dataset.close()                # no shard stays open from the previous contender
             drop_caches()
             started = time.perf_counter()
             nbytes = run()

@@ -18,7 +18,7 @@ if TYPE_CHECKING:      # type checkers see the real objects; at run time they lo
     from .read.batches import RawBatch, collate_raw  # noqa: F401
     from .write.conversion import ConvertReport, convert  # noqa: F401
     from .read.dataset import HDF5Dataset, LMDBDataset, PTDataset, ShardDataset, open_dataset  # noqa: F401
-    from .read.handles import worker_init_fn  # noqa: F401
+    from .read.cache import worker_init_fn  # noqa: F401
     from .ops.merging import merge  # noqa: F401
     from .read.sampler import ShardAwareSampler  # noqa: F401
     from .ops.verification import VerifyReport, verify  # noqa: F401
@@ -40,7 +40,7 @@ _LAZY = {
     "random_split": "shardkit.read.splits",
     "train_val_split": "shardkit.read.splits",
     "verify": "shardkit.ops.verification",
-    "worker_init_fn": "shardkit.read.handles",
+    "worker_init_fn": "shardkit.read.cache",
 }
 
 

@@ -208,6 +208,38 @@ def hash_open_file(fd: int, path: PathLike, size: int) -> str:
     return digest.hexdigest()
 
 
+def private_copy(fd: int, path: str, size: int, sha256: str, shard: "int | str") -> int:
+    """A descriptor of a private copy of `size` bytes of the file open at fd, made while hashing
+    them: an anonymous file in memory (memfd) where the system has one, else an unlinked temporary
+    file. What is read through it later is exactly what was hashed, whatever then happens to the
+    file. CorruptShardError naming path when its sha256 is not `sha256`."""
+    if hasattr(os, "memfd_create"):
+        copy = os.memfd_create("shardkit-shard", os.MFD_CLOEXEC)
+    else:
+        import tempfile
+        handle, name = tempfile.mkstemp(prefix="shardkit-shard-")
+        os.unlink(name)
+        copy = handle
+    try:
+        digest, position = hashlib.sha256(), 0
+        while position < size:
+            block = os.pread(fd, min(_BLOCK, size - position), position)
+            if not block:
+                raise CorruptShardError("is truncated: it has", path=path, actual=f"{position} bytes", expected=size)
+            digest.update(block)
+            view = memoryview(block)
+            while view:
+                view = view[os.write(copy, view):]
+            position += len(block)
+        if digest.hexdigest() != sha256:
+            raise CorruptShardError("fails its sha256 check (its bytes changed after conversion)", path=path,
+                                    shard=shard)
+    except BaseException:
+        os.close(copy)
+        raise
+    return copy
+
+
 def open_shard_file(path: str, root: str, size: int, name: str) -> int:
     """A read-only descriptor of path, if it is a regular file of `size` bytes inside root (no link,
     FIFO or device: open_regular); CorruptShardError naming the file and `name`

@@ -18,9 +18,8 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from .codecs.row_crc import run_crc32s
 from .errors import CorruptShardError, ManifestError
-from .integrity import open_shard_file
+from .integrity import open_shard_file, private_copy
 
 #: A shard's own (labels, CRC32s), as ShardReader.tables() gives them (None: it keeps no such tables).
 ShardTables = Optional[Tuple[np.ndarray, np.ndarray]]
@@ -29,8 +28,6 @@ TABLE_NAME = "sample_table.bin"
 #: One row per sample, packed: its label and the CRC32 of its stored payload, little-endian.
 ROW_DTYPE = np.dtype([("label", "<i8"), ("crc32", "<u4")])
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
-#: CRC32s combined at a time by run_crcs (a block of shards lined up as one matrix).
-_RUN_BLOCK = 1 << 20
 #: Rows read and hashed at a time by read_labels (3 MiB).
 _BLOCK_ROWS = 1 << 18
 
@@ -58,39 +55,24 @@ def open_table_file(root: str, entry: Dict[str, Any]) -> int:
 
 class SampleTable:
     """The table of a dataset mapped in this process: `labels` and `crcs`, one entry per global
-    index (views of one read-only map; no descriptor stays open)."""
+    index (views of one read-only map; no descriptor stays open). `hashed`: mapped from a private
+    copy whose sha256 matched the manifest's (integrity.private_copy), so later changes to the file
+    are never read."""
 
-    def __init__(self, root: str, entry: Dict[str, Any]) -> None:
+    def __init__(self, root: str, entry: Dict[str, Any], hashed: bool = False) -> None:
         self.path = os.path.join(root, TABLE_NAME)
         fd = open_table_file(root, entry)
         try:
+            if hashed:
+                copy = private_copy(fd, self.path, entry["size"], entry["sha256"], TABLE_NAME)
+                os.close(fd)
+                fd = copy
             self._map = mmap.mmap(fd, entry["size"], access=mmap.ACCESS_READ) if entry["size"] else None
         finally:
             os.close(fd)
         rows = np.frombuffer(self._map, dtype=ROW_DTYPE) if self._map is not None else np.zeros(0, ROW_DTYPE)
         self.labels: np.ndarray = rows["label"]
         self.crcs: np.ndarray = rows["crc32"]
-
-    def run_crcs(self, starts: np.ndarray, width: int) -> np.ndarray:
-        """zlib.crc32 of each shard's payloads back to back (shard k holds samples starts[k] to
-        starts[k + 1]), from the table's CRC32s alone: what the run of a shard's `width`-byte rows
-        in its file must have. Each shard's CRC32s are lined up to the right of one row of a
-        matrix (combining a CRC32 of no bytes, 0, changes nothing), a block of shards at a time."""
-        starts = np.asarray(starts, dtype=np.int64)
-        counts = starts[1:] - starts[:-1]
-        out = np.zeros(len(counts), dtype=np.uint32)
-        longest = int(counts.max()) if len(counts) else 0
-        if not longest:
-            return out
-        block = max(1, _RUN_BLOCK // longest)
-        column = np.arange(longest, dtype=np.int64)
-        for first in range(0, len(counts), block):
-            lead = longest - counts[first:first + block, None]       # empty places before a shard's rows
-            index = starts[first:first + len(lead), None] + column - lead
-            present = column >= lead
-            out[first:first + block] = run_crc32s(np.where(present, self.crcs[np.where(present, index, 0)], 0)
-                                                  .astype(np.uint32), width)
-        return out
 
     def check_shard(self, tables: ShardTables, start: int, path: str, shard: int) -> None:
         """CorruptShardError unless a shard's own label and CRC32 tables equal the table's rows

@@ -76,14 +76,34 @@ def files_in_dataset_order(root: Path, dst: Path) -> list:
     return files if order is None else [files[item] for item in order.tolist()]
 
 
+def shard_files_held(root: "str | os.PathLike[str]") -> int:
+    """How many distinct shard files of the dataset at root this process holds open right now, as a
+    descriptor or a map: what max_open_shards bounds (Linux /proc)."""
+    folder = os.path.join(os.path.realpath(root), "shards") + os.sep
+    held = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(folder):
+            held.add(target)
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            name = line.split(None, 5)[-1].strip() if len(line.split(None, 5)) == 6 else ""
+            if name.startswith(folder):
+                held.add(name)
+    return len(held)
+
+
 @contextlib.contextmanager
-def lru_held_by_another_thread(ds: Any) -> Iterator[None]:
-    """Another thread holds ds's LRU lock for the duration of the block (as a thread reading while
-    the process forks would), then lets it go."""
+def cache_held_by_another_thread(ds: Any) -> Iterator[None]:
+    """Another thread holds ds's shard cache (as a thread reading while the process forks would),
+    then lets it go."""
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with ds._handles.lock:
+        with ds.shard_cache:
             held.set()
             release.wait(60)
     holder = threading.Thread(target=hold)

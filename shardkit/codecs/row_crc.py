@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from typing import List, Tuple
+from typing import Tuple
 
 import numpy as np
 
@@ -65,57 +65,4 @@ def row_crc32(rows: np.ndarray) -> np.ndarray:
     return crcs
 
 
-def _apply(columns: List[int], value: int) -> int:
-    """A GF(2) linear map on 32-bit values (the images of its 32 bits) applied to value."""
-    result, bit = 0, 0
-    while value:
-        if value & 1:
-            result ^= columns[bit]
-        value >>= 1
-        bit += 1
-    return result
-
-
-@functools.lru_cache(maxsize=64)
-def _zeros_tables(length: int) -> np.ndarray:
-    """(4, 256) tables of the map Z that `length` zero bytes make of a CRC-32 register, by byte of
-    the register: Z(c) = T[0][c & 255] ^ T[1][c >> 8 & 255] ^ T[2][c >> 16 & 255] ^ T[3][c >> 24].
-    zlib.crc32(a + b) is Z(zlib.crc32(a)) ^ zlib.crc32(b) for len(b) == length (zlib's crc32_combine);
-    Z is raised to `length` by squaring, so a wide row costs no more than a narrow one."""
-    byte = _byte_table().tolist()
-    one = [byte[(1 << bit) & 0xFF] ^ ((1 << bit) >> 8) for bit in range(32)]    # one zero byte
-    power, columns, left = one, [1 << bit for bit in range(32)], length
-    while left:
-        if left & 1:
-            columns = [_apply(power, column) for column in columns]
-        power = [_apply(power, column) for column in power]
-        left >>= 1
-    images = np.array(columns, dtype=np.uint32).reshape(4, 8)
-    values = np.arange(256)
-    tables = np.zeros((4, 256), dtype=np.uint32)
-    for bit in range(8):
-        tables[:, (values >> bit) & 1 == 1] ^= images[:, bit:bit + 1]
-    tables.setflags(write=False)
-    return tables
-
-
-def run_crc32s(row_crcs: np.ndarray, width: int) -> np.ndarray:
-    """uint32 zlib.crc32 of each row's records back to back, from a (groups, n) array of the
-    zlib.crc32 of each of n records of `width` bytes: without the records, for all groups at once.
-    Pairs are combined from the right, level by level, so that every right-hand part is a whole
-    block of records (the combination needs its length only); the leftmost part sits a level out
-    when it has no partner. A CRC32 of 0 on the left (no bytes) changes nothing it is combined with."""
-    crcs = np.asarray(row_crcs, dtype=np.uint32)
-    length = width
-    while crcs.shape[1] > 1:
-        alone = crcs.shape[1] % 2
-        left, right = crcs[:, alone::2], crcs[:, alone + 1::2]
-        tables = _zeros_tables(length)
-        combined = (tables[0][left & 0xFF] ^ tables[1][(left >> 8) & 0xFF] ^ tables[2][(left >> 16) & 0xFF]
-                    ^ tables[3][left >> 24] ^ right)
-        crcs = np.concatenate([crcs[:, :1], combined], axis=1) if alone else combined
-        length *= 2
-    return crcs[:, 0].copy()
-
-
-__all__ = ["TABLE_MAX_WIDTH", "row_crc32", "run_crc32s"]
+__all__ = ["TABLE_MAX_WIDTH", "row_crc32"]

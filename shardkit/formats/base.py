@@ -8,7 +8,7 @@ from __future__ import annotations
 import abc
 import os
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple, Type
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Type
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from ..errors import UsageError
 from ..options import refuse_unknown
 from ..records import Encoded, Payload
 from ..schema import SampleSchema
-from .locating import FileRows, RowRun, rows_in_file
+from .locating import Location
 
 
 #: Datasets up to this fraction of physical memory default to OS readahead on (docs/formats.md).
@@ -63,13 +63,6 @@ class ShardWriter(abc.ABC):
             pass
 
 
-class Rows(Protocol):
-    """What rows() gives: payload by local index (an ndarray is one), or None for a row a row
-    source can no longer give."""
-
-    def __getitem__(self, index: int) -> Any: ...
-
-
 class ShardReader(abc.ABC):
     """Random access to one shard's samples; raises CorruptShardError on a bad structure."""
 
@@ -78,15 +71,12 @@ class ShardReader(abc.ABC):
     #: Whether reads of the shard's map may read ahead of the pages they touch (False: the
     #: `readahead` option turned off, MADV_RANDOM), for every map of its rows.
     readahead: bool = True
-    #: Whether the reader keeps a descriptor or a map of its own, which the process's open-shard
-    #: budget counts (False: an object it shares, registered apart, holds the file).
-    holds_files: bool = True
 
     @property
     def inheritable(self) -> bool:
         """Whether a forked child may go on reading through this open reader: true only of a reader
         that holds a read-only map and nothing else (no format library's state, no file position),
-        which a fork copies intact. The registry keeps such readers in a child (read/openfiles.py)."""
+        which a fork copies intact. A dataset's cache keeps such readers in a child (read/cache.py)."""
         return False
 
     @abc.abstractmethod
@@ -115,21 +105,6 @@ class ShardReader(abc.ABC):
         """The payload alone of local index: what a read takes from the shard when the label and
         CRC32 come from the dataset's sample table (a format with tables reads nothing else)."""
         return self.read(index).payload
-
-    def rows(self) -> Optional["Rows"]:
-        """Every payload by local index when they are fixed-shape rows stored plainly (payload(i)
-        is then rows()[i]): one read-only (count, *shape) array of the shard's map, or a format's
-        own row source whose rows[i] is None once it can no longer give the row (its map closed:
-        the caller then reads through a reader); None otherwise."""
-        return None
-
-    def file_rows(self, fd: int) -> Optional[FileRows]:
-        """Where rows() lie in the shard's file (open as fd, the descriptor the reader was opened
-        through) as one run of bytes that equal them, for the row arena to map; None when they do
-        not lie so (compressed, chunked apart, or copied out of a format library's map)."""
-        del fd
-        where = rows_in_file(self.rows())
-        return None if where is None else where._replace(readahead=self.readahead)
 
     def key(self, index: int) -> Optional[str]:
         """The source key of the sample at local index (None: a format version without keys);
@@ -167,9 +142,6 @@ class TableShardReader(ShardReader):
             raise IndexError(f"sample {index} out of range for shard of {self._count}")
         rows = self._rows
         return rows[index] if rows is not None else self._payload(index)
-
-    def rows(self) -> Optional[np.ndarray]:
-        return self._rows
 
     @abc.abstractmethod
     def _payload(self, index: int) -> Payload:
@@ -276,14 +248,14 @@ class ShardFormat(abc.ABC):
         finally:
             reader.close()
 
-    def row_run(self, fd: int, size: int, path: str, schema: SampleSchema,
-                options: Optional[FormatOptions] = None) -> Optional[RowRun]:
-        """Where the uncompressed fixed-shape rows and the labels of the shard open as fd (`size`
-        bytes, checked by open_shard_file) lie, read from the format's own small record at a fixed
-        place with a pread or two and no format library: a dataset's quick way to a small shard's
-        rows (read/shards.py), which it trusts only once they match the sample table. None where
-        the format keeps no such record or the shard is not so laid out; CorruptShardError when
-        the record is damaged."""
+    def locate(self, fd: int, size: int, path: str, schema: SampleSchema,
+               options: Optional[FormatOptions] = None) -> Optional[Location]:
+        """Where the shard open as fd (`size` bytes, checked by open_shard_file) keeps its
+        uncompressed fixed-shape rows back to back, its labels and its CRC32s, read from the format's
+        own record with a few preads and no format library, after every check of that record (a
+        locator's CRC32, ranges, and that it still describes the file): the one way the read side
+        asks where rows lie (checked.CheckedShards.locate). None where the format keeps no such
+        record or the shard is not so laid out; CorruptShardError when the record is damaged."""
         return None
 
     def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None) -> Optional[str]:

@@ -1,23 +1,29 @@
 """The one checked way to open a shard and read its samples, for the dataset, verify and re-sharding.
 
 Opening checks the file against what the manifest says of it (a regular file inside the dataset,
-its size, the dataset identity it carries, its sample count) and
-turns whatever a format's library raises on a damaged file into CorruptShardError; reading turns
-it into CorruptSampleError naming shard and sample, and (when asked) checks CRC32 and label range.
+its size, the dataset identity it carries, its sample count, and its labels and CRC32s against the
+dataset's sample table) and turns whatever a format's library raises on a damaged file into
+CorruptShardError, whether the shard is opened through a reader or located (its rows found from the
+format's own record, ShardFormat.locate); reading turns it into CorruptSampleError naming shard and
+sample, and (when asked) checks CRC32 and label range.
 """
 from __future__ import annotations
 
 import os
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
+import numpy as np
+
+from ..codecs.row_crc import row_crc32
 from ..errors import (CorruptSampleError, CorruptShardError, ManifestError, OutOfFilesError, ShardkitError,
                       UsageError)
-from ..integrity import OUT_OF_FILES, open_shard_file
-from ..manifest import MANIFEST_NAME, Manifest
+from ..integrity import OUT_OF_FILES, ShardFolder, open_shard_file, private_copy
+from ..manifest import MANIFEST_NAME, SHARDS_DIR, Manifest
 from ..records import Encoded
-from ..sample_table import SampleTable
+from ..sample_table import SampleTable, shard_mismatch
 from ..schema import SampleSchema
 from .base import FormatOptions, ShardFormat, ShardReader
+from .locating import FileRows
 
 #: What a format's library may raise on a damaged file that its own checks did not catch;
 #: the read side reports it as CorruptShardError / CorruptSampleError, never as itself.
@@ -48,16 +54,138 @@ def recorded_options(fmt: ShardFormat, manifest: Manifest, root: str) -> FormatO
         raise ManifestError(str(exc), path=os.path.join(root, MANIFEST_NAME)) from None
 
 
+#: Located rows of at most this many bytes (a small shard's) are checked against their CRC32s when
+#: they open: one read of the run, tens of microseconds.
+CHECKED_ROWS_BYTES = 64 << 10
+
+
+class CheckedShards:
+    """The shards of one manifest (under root) for a reader of the dataset in this process: each
+    open goes through here, as a reader (reader) or as rows located in the file (locate), and gets
+    the same checks either way. `full`: each shard is copied privately while its sha256 is checked
+    (open_file), so every byte read later is a byte that was hashed, whatever happens to the file."""
+
+    def __init__(self, fmt: ShardFormat, manifest: Manifest, root: str, options: FormatOptions,
+                 full: bool = False, role: str = "shard") -> None:
+        self.format, self.manifest, self.root, self.options = fmt, manifest, root, options
+        self.full, self.role = full, role
+        self._names = manifest.shards.paths
+        self._starts = manifest.shards.first_index
+        self._table: Optional[SampleTable] = None
+        self._folder: Optional[ShardFolder] = None
+
+    def where(self, shard: int) -> "tuple[str, str]":
+        """(file, manifest name) of a shard."""
+        name = self._names[shard]
+        return os.path.join(self.root, name), name
+
+    def table(self) -> Optional[SampleTable]:
+        """The dataset's sample table, mapped once per process (privately and hashed with `full`);
+        None when the manifest lists none."""
+        if self._table is None and self.manifest.sample_table is not None:
+            self._table = SampleTable(self.root, self.manifest.sample_table, hashed=self.full)
+        return self._table
+
+    def open_file(self, shard: int) -> int:
+        """A checked read-only descriptor of a shard (open_shard_file; through the shards folder
+        held open when the shard is a plain name in it, as convert names them); with `full`, of a
+        private copy whose sha256 matched the manifest. The caller closes it."""
+        path, name = self.where(shard)
+        size = int(self.manifest.shards.sizes[shard])
+        folder_name, _, file_name = name.rpartition("/")
+        if folder_name == SHARDS_DIR and not self.full:
+            try:
+                return self._shards_folder().open(file_name, size)
+            except (OSError, ValueError):
+                pass        # open_shard_file names what is wrong
+        fd = open_shard_file(path, self.root, size, f"{self.role} {shard}")
+        if not self.full:
+            return fd
+        try:
+            return private_copy(fd, path, size, self.manifest.shards.sha256s[shard], shard)
+        finally:
+            os.close(fd)
+
+    def _shards_folder(self) -> ShardFolder:
+        if self._folder is None:
+            self._folder = ShardFolder(os.path.join(self.root, SHARDS_DIR), self.root)
+        return self._folder
+
+    def reader(self, shard: int, fd: int) -> ShardReader:
+        """A reader of the shard open at fd (open_file), once its identity, count and (with a sample
+        table) labels and CRC32s match the dataset's."""
+        path, name = self.where(shard)
+        reader = reader_of(self.format, self.manifest, shard, self.options, path, fd, f"{self.role} {shard}")
+        table = self.table()
+        if table is not None:
+            problem = shard_mismatch(reader.tables(), table.labels, table.crcs, int(self._starts[shard]))
+            if problem:
+                reader.close()
+                raise CorruptShardError(f"{problem} ({table.path}); run shardkit verify", path=path, shard=name)
+        return reader
+
+    def locate(self, shard: int, fd: int) -> Optional[FileRows]:
+        """Where the shard open at fd (open_file) keeps its fixed-shape rows (ShardFormat.locate),
+        once the format's record passed its own checks and its identity, count, labels and CRC32s
+        match the dataset's; None where the format does not locate them (read through a reader)."""
+        table = self.table()
+        if table is None:
+            return None
+        path, name = self.where(shard)
+        size = int(self.manifest.shards.sizes[shard])
+        try:
+            location = self.format.locate(fd, size, path, self.manifest.schema, self.options)
+        except ShardkitError:
+            raise
+        except READ_FAILURES as exc:
+            raise CorruptShardError(f"{self.role} {shard} cannot be located ({type(exc).__name__}: {exc})",
+                                    path=path) from None
+        if location is None:
+            return None
+        self.manifest.check_identity(location.dataset_id, path, shard)
+        _check_count(location.count, self.manifest, shard, path)
+        labels = np.frombuffer(_read_range(fd, location.labels, path), dtype="<i8")
+        crcs = np.frombuffer(_read_range(fd, location.crcs, path), dtype=location.crc_dtype)
+        problem = shard_mismatch((labels, crcs), table.labels, table.crcs, int(self._starts[shard]))
+        if problem:
+            raise CorruptShardError(f"{problem} ({table.path}); run shardkit verify", path=path, shard=name)
+        rows = location.rows
+        nbytes = rows.row_count * rows.row_dtype.itemsize
+        if nbytes <= CHECKED_ROWS_BYTES:     # cheap here: the rows must be the ones their CRC32s describe
+            data = np.frombuffer(_read_range(fd, (rows.offset, nbytes), path), np.uint8).reshape(rows.row_count, -1)
+            if not np.array_equal(row_crc32(data), crcs.astype(np.uint32)):
+                return None         # read through a reader, which names a damaged row when reads are checked
+        return rows
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_table"] = state["_folder"] = None       # maps and descriptors never cross processes
+        return state
+
+
+def _read_range(fd: int, where: "tuple[int, int]", path: str) -> bytes:
+    """Bytes [offset, offset + size) of the file open at fd; CorruptShardError when it ends sooner."""
+    offset, size = where
+    data = os.pread(fd, size, offset)
+    if len(data) != size:
+        raise CorruptShardError(f"ends before byte {offset + size} its record points at", path=path)
+    return data
+
+
+def _check_count(count: int, manifest: Manifest, shard: int, path: str) -> None:
+    expected = int(manifest.shards.num_samples[shard])
+    if count != expected:
+        raise CorruptShardError("holds", path=path, actual=f"{count} samples", expected=expected)
+
+
 def open_checked(fmt: ShardFormat, manifest: Manifest, root: str, shard: int, options: FormatOptions, *,
-                 path: Optional[str] = None, role: str = "shard") -> ShardReader:
-    """A reader of a manifest's shard, after checking the file (regular, inside root, its size),
-    then the shard's dataset identity and sample count against the manifest: one open of the file."""
-    entry = manifest.shards[shard]
-    path = os.path.join(root, entry.path) if path is None else path
-    name = f"{role} {shard}"
-    fd = open_shard_file(path, root, entry.size, name)
+                 role: str = "shard") -> ShardReader:
+    """A reader of a manifest's shard through CheckedShards (one open of the file), for callers
+    that open a shard once (re-sharding, writing the sample table)."""
+    shards = CheckedShards(fmt, manifest, root, options, role=role)
+    fd = shards.open_file(shard)
     try:
-        return reader_of(fmt, manifest, shard, options, path, fd, name)
+        return shards.reader(shard, fd)
     finally:
         os.close(fd)
 
@@ -79,9 +207,7 @@ def check_reader(reader: ShardReader, manifest: Manifest, shard: int, path: str)
     """CorruptShardError unless an open reader carries the manifest's dataset identity and the
     manifest's sample count for that shard (also for a reader shared with another dataset)."""
     manifest.check_identity(reader.dataset_id, path, shard)
-    expected = int(manifest.shards.num_samples[shard])
-    if len(reader) != expected:
-        raise CorruptShardError("holds", path=path, actual=f"{len(reader)} samples", expected=expected)
+    _check_count(len(reader), manifest, shard, path)
 
 
 def open_unchecked(fmt: ShardFormat, path: str, schema: SampleSchema, options: Optional[FormatOptions],

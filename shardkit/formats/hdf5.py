@@ -21,13 +21,9 @@ from .base import FormatOptions, ReadaheadOptions, ShardFormat, ShardReader, Sha
 from .hdf5_layout import FORMAT_NAME, FORMAT_VERSION
 from .hdf5_locator import describes, disagreement, locate, parse, read_head
 from .hdf5_reader import HDF5Reader, located, short_error
-from .locating import FileRows, RowRun, opened
+from .locating import FileRows, Location, opened
 from .packing import array_dtype
 from .hdf5_writer import HDF5Writer
-
-
-#: Bytes row_run reads first: a small shard's whole locator (a userblock of 512 bytes or more).
-RUN_HEAD_READ = 4096
 
 
 class HDF5Format(ShardFormat):
@@ -75,24 +71,20 @@ class HDF5Format(ShardFormat):
             return super().peek(path, schema, options, fd)
         return locator.count, locator.dataset_id
 
-    def row_run(self, fd: int, size: int, path: str, schema: SampleSchema,
-                options: Optional[FormatOptions] = None) -> Optional[RowRun]:
-        """From the locator in the userblock (one pread, its CRC32 and ranges checked), when it maps
-        uncompressed rows of the schema's size lying back to back in one run of chunks. None with
-        readahead off (a dataset larger than RAM): the run's check would read pages no read needs."""
+    def locate(self, fd: int, size: int, path: str, schema: SampleSchema,
+               options: Optional[FormatOptions] = None) -> Optional[Location]:
+        """From the locator in the userblock, once it still describes the file (as a reader
+        checks it), when it maps uncompressed rows of the schema's size lying back to back in one
+        run of chunks."""
+        if not schema.is_array or schema.compression != "none":
+            return None
+        locator = located(fd, path)
+        if locator is None or locator.row_bytes != schema.sample_nbytes or not len(locator.chunks) or \
+                (len(locator.chunks) > 1 and (np.diff(locator.chunks) != locator.chunk_bytes).any()):
+            return None
         readahead = options.readahead if isinstance(options, ReadaheadOptions) else True
-        if not schema.is_array or schema.compression != "none" or not readahead:
-            return None
-        raw = read_head(fd, path, os.pread(fd, RUN_HEAD_READ, 0))
-        if raw is None:
-            return None
-        locator = parse(raw, path, size)
-        chunks = locator.chunks
-        if not locator.mapped or locator.file_size != size or locator.row_bytes != schema.sample_nbytes \
-                or not len(chunks) or (len(chunks) > 1 and (np.diff(chunks) != locator.chunk_bytes).any()):
-            return None
-        rows = FileRows(array_dtype(schema), tuple(schema.shape), locator.count, int(chunks[0]))
-        return RowRun(rows, locator.tables["labels"][0], locator.dataset_id)
+        rows = FileRows(array_dtype(schema), tuple(schema.shape), locator.count, int(locator.chunks[0]), readahead)
+        return Location(locator.count, locator.dataset_id, rows, locator.tables["labels"], locator.tables["crc32"])
 
     def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None) -> Optional[str]:
         """Open the shard through h5py with every structure check, and compare its locator (when it

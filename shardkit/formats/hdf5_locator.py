@@ -31,9 +31,12 @@ HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 VERSION = 1
 #: The tables a locator points at, in this order (offsets is empty in the array layout).
 TABLES = ("offsets", "labels", "crc32", "keys", "key_blocks")
-#: magic, locator version, locator length, userblock size, file size, meta CRC32, flags,
-#: samples, row bytes, chunk bytes, data bytes, chunks, dataset_id length
-_HEAD = struct.Struct("<8sIIQQIIQQQQII")
+#: The locator's head, field by field (name, struct code, little-endian): the one definition that
+#: both writing and reading use, by name (formats/hdf5.md lists the same fields).
+HEAD_FIELDS = (("magic", "8s"), ("version", "I"), ("length", "I"), ("userblock", "Q"), ("file_size", "Q"),
+               ("meta_crc32", "I"), ("flags", "I"), ("count", "Q"), ("row_bytes", "Q"), ("chunk_bytes", "Q"),
+               ("data_bytes", "Q"), ("chunks", "I"), ("ident_length", "I"))
+_HEAD = struct.Struct("<" + "".join(code for _, code in HEAD_FIELDS))
 _RANGE = struct.Struct("<QQ")
 _CRC = struct.Struct("<I")
 #: flags: the data is stored uncompressed in `chunks` (else a reader reads it through h5py).
@@ -72,9 +75,11 @@ class Locator:
     def encode(self) -> bytes:
         """The locator's bytes, CRC32 last."""
         ident = self.dataset_id.encode("utf-8")
-        body = _HEAD.pack(MAGIC, VERSION, self.size(), self.userblock, self.file_size, self.meta_crc32,
-                          self.flags, self.count, self.row_bytes, self.chunk_bytes, self.data_bytes,
-                          len(self.chunks), len(ident))
+        head = dict(magic=MAGIC, version=VERSION, length=self.size(), userblock=self.userblock,
+                    file_size=self.file_size, meta_crc32=self.meta_crc32, flags=self.flags, count=self.count,
+                    row_bytes=self.row_bytes, chunk_bytes=self.chunk_bytes, data_bytes=self.data_bytes,
+                    chunks=len(self.chunks), ident_length=len(ident))
+        body = _HEAD.pack(*(head[name] for name, _ in HEAD_FIELDS))
         body += b"".join(_RANGE.pack(*self.tables.get(name, (0, 0))) for name in TABLES)
         body += ident + np.asarray(self.chunks, dtype="<i8").tobytes()
         return body + _CRC.pack(zlib.crc32(body))
@@ -124,7 +129,7 @@ def read_head(fd: int, path: str, first: Optional[bytes] = None) -> Optional[byt
                                 "signature", path=path)
     if len(head) < _HEAD.size:
         raise _corrupt(path, "is cut short")
-    length = _HEAD.unpack_from(head)[2]
+    length = _head(head)["length"]
     if not _HEAD.size + _CRC.size <= length <= MAX_LOCATOR:
         raise _corrupt(path, f"claims {length} bytes")
     if length > len(head):
@@ -132,6 +137,11 @@ def read_head(fd: int, path: str, first: Optional[bytes] = None) -> Optional[byt
     if len(head) < length:
         raise _corrupt(path, f"claims {length} bytes, the file is shorter")
     return head[:length]
+
+
+def _head(raw: bytes) -> Dict[str, Any]:
+    """The locator head's fields by name."""
+    return dict(zip((name for name, _ in HEAD_FIELDS), _HEAD.unpack_from(raw)))
 
 
 def _corrupt(path: str, problem: str) -> CorruptShardError:
@@ -143,12 +153,11 @@ def parse(raw: bytes, path: str, file_size: int) -> Locator:
     body, (crc,) = raw[:-_CRC.size], _CRC.unpack_from(raw, len(raw) - _CRC.size)
     if zlib.crc32(body) != crc:
         raise _corrupt(path, "fails its CRC32 check")
-    (_, version, length, userblock, recorded_size, meta, flags, count, row_bytes, chunk_bytes, data_bytes,
-     chunks, ident_length) = _HEAD.unpack_from(body)
-    if version != VERSION:
-        raise _corrupt(path, f"version {version}; this shardkit reads {VERSION}")
-    position = _HEAD.size + _RANGE.size * len(TABLES)
-    if position + ident_length + 8 * chunks + _CRC.size != length:
+    head = _head(body)
+    if head["version"] != VERSION:
+        raise _corrupt(path, f"version {head['version']}; this shardkit reads {VERSION}")
+    position, ident_length, chunks = _HEAD.size + _RANGE.size * len(TABLES), head["ident_length"], head["chunks"]
+    if position + ident_length + 8 * chunks + _CRC.size != head["length"]:
         raise _corrupt(path, "lengths do not add up")
     tables = {name: _RANGE.unpack_from(body, _HEAD.size + _RANGE.size * k) for k, name in enumerate(TABLES)}
     try:
@@ -156,9 +165,9 @@ def parse(raw: bytes, path: str, file_size: int) -> Locator:
     except UnicodeDecodeError:
         raise _corrupt(path, "has a dataset_id that is not UTF-8") from None
     addresses = np.frombuffer(body, dtype="<i8", count=chunks, offset=position + ident_length).astype(np.int64)
-    locator = Locator(count, row_bytes, chunk_bytes, data_bytes, dataset_id, tables, addresses, flags,
-                      userblock, recorded_size, meta)
-    problem = _problem(locator, length, file_size)
+    locator = Locator(head["count"], head["row_bytes"], head["chunk_bytes"], head["data_bytes"], dataset_id, tables,
+                      addresses, head["flags"], head["userblock"], head["file_size"], head["meta_crc32"])
+    problem = _problem(locator, head["length"], file_size)
     if problem:
         raise _corrupt(path, problem)
     return locator

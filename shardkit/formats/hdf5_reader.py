@@ -139,7 +139,7 @@ class HDF5Reader(TableShardReader):
                          np.dtype(self._schema.dtype) if self._schema.is_array else np.dtype(np.uint8))
 
     def _map(self, fileno: int) -> None:
-        self._use_map(mmap.mmap(fileno, 0, access=mmap.ACCESS_READ))
+        self._use_map(map_file(fileno, os.fstat(fileno).st_size))
 
     def _use_map(self, view: mmap.mmap) -> None:
         self._mmap = view

@@ -12,22 +12,27 @@ Layout (formats/lmdb.md is the byte-level contract):
 Keys sort in sample order, so the writer appends; no pickle anywhere.
 
 py-lmdb allows one environment per file and process, so readers of the same file share one
-read-only environment through the process's registry (openfiles.py, reference counted); an
+read-only environment (lmdb_reader.ENVIRONMENTS, reference counted); an
 environment inherited over fork is closed in the child before the child opens its own
 (read-only and lock-free, that touches only the child).
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
+from ..errors import CorruptShardError
 from ..schema import SampleSchema
 from .base import FormatOptions, ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
-from .lmdb_layout import FORMAT_NAME, FORMAT_VERSION, rows_per_block
-from .lmdb_reader import LMDBReader, peek
+from .lmdb_layout import (CRCS_KEY, FORMAT_NAME, FORMAT_VERSION, LABELS_KEY, MAX_META_BYTES, META_KEY, rows_per_block,
+                          sample_key)
+from .lmdb_pages import find_values
+from .lmdb_reader import LMDBReader, parse_meta, peek
 from .lmdb_writer import LMDBWriter
-from .packing import check_per_sample_compression
+from .locating import FileRows, Location
+from .packing import array_dtype, check_per_sample_compression
 
 
 class LMDBFormat(ShardFormat):
@@ -72,6 +77,53 @@ class LMDBFormat(ShardFormat):
         """From the shard's metadata record (the reader's truncation and metadata checks, not its
         table and key checks, which verify runs short of --quick)."""
         return peek(path, schema, fd)
+
+    def locate(self, fd: int, size: int, path: str, schema: SampleSchema,
+               options: Optional[FormatOptions] = None) -> Optional[Location]:
+        """For a shard whose rows fit one block (the many small shards of a large dataset): where
+        that block, the label and CRC32 tables lie, found from LMDB's pages without the lmdb
+        library (lmdb_pages.py), and the count and identity its metadata record states."""
+        if not rows_per_block(schema):
+            return None
+        found = find_values(fd, size, (META_KEY, sample_key(0), LABELS_KEY, CRCS_KEY))
+        if found is None or found[META_KEY][1] > MAX_META_BYTES:
+            return None
+        meta = parse_meta(os.pread(fd, found[META_KEY][1], found[META_KEY][0]), schema, path)
+        count, width = meta["num_samples"], schema.sample_nbytes
+        (offset, nbytes), labels, crcs = found[sample_key(0)], found[LABELS_KEY], found[CRCS_KEY]
+        if meta["format_version"] < 2 or not 0 < count <= rows_per_block(schema) or nbytes != count * width \
+                or labels[1] != 8 * count or crcs[1] != 4 * count:
+            return None
+        if max(offset + nbytes, labels[0] + labels[1], crcs[0] + crcs[1]) > size:
+            raise CorruptShardError("corrupt LMDB shard: a value lies past the end of the file", path=path)
+        readahead = options.readahead if isinstance(options, ReadaheadOptions) else True
+        rows = FileRows(array_dtype(schema), tuple(schema.shape), count, offset, readahead)
+        return Location(count, meta["dataset_id"], rows, labels, crcs)
+
+    def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None) -> Optional[str]:
+        """Where locate finds the rows, labels and CRC32s from LMDB's pages, they must be the bytes
+        the lmdb library reads for them (a page structure can be made to say otherwise)."""
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            location = self.locate(fd, os.fstat(fd).st_size, path, schema, options)
+            if location is None:
+                return None
+            reader = LMDBReader(path, schema, True, fd)
+            try:
+                rows = b"".join(np.ascontiguousarray(reader.read(i).payload).tobytes() for i in range(len(reader)))
+                tables = reader.tables()
+            finally:
+                reader.close()
+            found = [os.pread(fd, size, offset) for offset, size in
+                     ((location.rows.offset, len(rows)), location.labels, location.crcs)]
+        finally:
+            os.close(fd)
+        assert tables is not None
+        expected = [rows, np.asarray(tables[0], "<i8").tobytes(), np.asarray(tables[1], "<u4").tobytes()]
+        for name, got, want in zip(("rows", "labels", "CRC32s"), found, expected):
+            if got != want:
+                return f"its pages locate {name} that differ from what the lmdb library reads"
+        return None
 
 
 FORMAT = LMDBFormat()

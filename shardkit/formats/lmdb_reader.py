@@ -1,6 +1,6 @@
 """Reading an LMDB shard: one read-only environment per file and process, shared by its readers
-through the process's registry (openfiles.py, reference counted; py-lmdb allows only one), and
-the checks that turn a damaged file into CorruptShardError or CorruptSampleError."""
+(reference counted: py-lmdb allows only one), and the checks that turn a damaged file into
+CorruptShardError or CorruptSampleError."""
 from __future__ import annotations
 
 import contextlib
@@ -8,7 +8,6 @@ import ctypes
 import json
 import mmap
 import os
-import sys
 import threading
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -16,12 +15,11 @@ import lmdb
 import numpy as np
 
 from ..errors import CorruptSampleError, CorruptShardError, OutOfFilesError, UsageError
-from ..read.openfiles import OPEN_FILES
 from ..integrity import OUT_OF_FILES, fd_path
 from ..records import Encoded
+from ..runtime.forks import FORK_COUNT, watch
 from ..schema import SampleSchema
-from .base import Rows, ShardReader
-from .locating import FileRows
+from .base import ShardReader
 from .keys import KeyTable
 from .lmdb_layout import (CRCS_KEY, FLAG_ZLIB, FORMAT_NAME, FORMAT_VERSION, KEY_BLOCKS_KEY, KEYS_KEY, LABELS_KEY,
                           MAX_META_BYTES, META_KEY, RECORD, RECORD_MAGIC, RECORD_VERSION, rows_per_block, sample_key,
@@ -59,8 +57,45 @@ class _SharedEnv:
             pass
 
 
+class _Environments:
+    """This process's environments, one per file (st_dev, st_ino), each with its users. A forked
+    child closes the ones it inherited (that unmaps only its own copy) before it opens its own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: Dict[Tuple[int, int], List[Any]] = {}      # file -> [_SharedEnv, users]
+        self._forks = watch()
+
+    def acquire(self, key: Tuple[int, int], opener: Any) -> _SharedEnv:
+        if self._forks != FORK_COUNT[0]:        # a new process: nothing of the parent's is ours
+            self._lock = threading.Lock()       # (a thread of the parent may have held the old one)
+            for shared, _ in self._open.values():
+                shared.close_inherited()
+            self._open, self._forks = {}, FORK_COUNT[0]
+        with self._lock:
+            entry = self._open.get(key)
+            if entry is None:
+                entry = self._open[key] = [opener(), 0]
+            entry[1] += 1
+            return entry[0]
+
+    def release(self, key: Tuple[int, int], shared: _SharedEnv) -> None:
+        """Drop one use of an environment; the last closes it (not one inherited from a parent)."""
+        with self._lock:
+            entry = self._open.get(key)
+            if self._forks != FORK_COUNT[0] or entry is None or entry[0] is not shared:
+                return
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del self._open[key]
+                shared.close()
+
+
+ENVIRONMENTS = _Environments()
+
+
 def _acquire(path: str, readahead: bool, fd: Optional[int],
-             any_readahead: bool = False) -> Tuple[Tuple[Any, ...], _SharedEnv]:
+             any_readahead: bool = False) -> Tuple[Tuple[int, int], _SharedEnv]:
     """The process's environment for the file at path (opened on first use; py-lmdb allows one
     environment per file and process, so every reader of the file shares it). fd: the caller's
     descriptor of path, which names the file (lmdb itself opens it by path). any_readahead: an
@@ -71,7 +106,7 @@ def _acquire(path: str, readahead: bool, fd: Optional[int],
         raise CorruptShardError(f"cannot open LMDB shard ({exc.strerror})", path=path) from None
     if stat.st_size == 0:
         raise CorruptShardError("not a readable LMDB shard (empty file)", path=path)
-    key = (stat.st_dev, stat.st_ino, "lmdb-env")
+    key = (stat.st_dev, stat.st_ino)
 
     def opener() -> _SharedEnv:
         try:
@@ -83,9 +118,9 @@ def _acquire(path: str, readahead: bool, fd: Optional[int],
             raise CorruptShardError(f"not a readable LMDB shard ({short_message(exc, path)})", path=path) from None
         return _SharedEnv(env, readahead)
 
-    shared = OPEN_FILES.acquire(key, opener)
+    shared = ENVIRONMENTS.acquire(key, opener)
     if shared.readahead != readahead and not any_readahead:
-        OPEN_FILES.release(key, shared)
+        ENVIRONMENTS.release(key, shared)
         raise UsageError(f"already open in this process with readahead={shared.readahead}; LMDB "
                          "allows one environment per file and process, so close the other dataset first "
                          f"to read it with readahead={readahead}", path=path)
@@ -122,9 +157,6 @@ class _BlockRows:
 class LMDBReader(ShardReader):
     """Random access by key through the mmap'd environment; payloads are copied out of the map
     (an evicted handle unmaps it), array payloads come back as read-only arrays."""
-
-    #: The shared environment holds the descriptor and the map, and counts for them.
-    holds_files = False
 
     def __init__(self, path: str, schema: SampleSchema, readahead: bool = True, fd: Optional[int] = None) -> None:
         self._path = path
@@ -321,34 +353,8 @@ class LMDBReader(ShardReader):
             raise IndexError(f"sample {index} out of range for shard of {self._count}")
         return self._row(index)
 
-    def file_rows(self, fd: int) -> Optional[FileRows]:
-        """Where the rows lie in the file when the shard holds them all in one block (its rows fit
-        BLOCK_BYTES: the many small shards of a large dataset), found from the block's page, whose
-        header names its page number; trusted only once the file's bytes there equal the block as
-        LMDB reads it (a header can lie), so the arena maps exactly what a read would copy."""
-        count, width = self._count, self._width
-        if not self._per_block or not 0 < count <= self._per_block:
-            return None
-        try:
-            with self._locked() as shared:
-                if int(shared.env.stat()["psize"]) != _PAGE:
-                    return None     # the page number counts LMDB pages, which are not the map's
-                address = self._block_addresses.item(0) or self._block_address(shared, 0, 0)
-                in_page = address % _PAGE
-                page = int.from_bytes(ctypes.string_at(address - in_page, 8), sys.byteorder)
-                offset = page * _PAGE + in_page
-                block = ctypes.string_at(address, count * width)
-            if os.pread(fd, count * width, offset) != block:
-                return None
-        except (CorruptShardError, CorruptSampleError, OSError, OverflowError):
-            return None         # the reads that need the block name what is wrong with it
-        return FileRows(np.dtype(array_dtype(self._schema)), tuple(self._schema.shape), count, offset, self.readahead)
-
     def tables(self) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         return None if self._crcs is None else (self._labels, self._crcs)
-
-    def rows(self) -> Optional[Rows]:
-        return self._row_source if self._shared is not None else None
 
     def key(self, index: int) -> Optional[str]:
         if self._keys is None:
@@ -365,7 +371,7 @@ class LMDBReader(ShardReader):
     def close(self) -> None:
         shared, self._shared = self._shared, None
         if shared is not None:
-            OPEN_FILES.release(self._key, shared)
+            ENVIRONMENTS.release(self._key, shared)
 
 
 def parse_meta(raw: bytes, schema: SampleSchema, path: str) -> Dict[str, Any]:
@@ -416,7 +422,7 @@ def peek(path: str, schema: SampleSchema, fd: Optional[int] = None) -> Tuple[int
             except lmdb.Error as exc:
                 raise CorruptShardError(f"corrupt LMDB shard: {short_message(exc, path)}", path=path) from None
     finally:
-        OPEN_FILES.release(key, shared)
+        ENVIRONMENTS.release(key, shared)
     if raw is None or len(raw) > MAX_META_BYTES:
         raise CorruptShardError("corrupt LMDB shard: " + ("no metadata record" if raw is None else
                                                           "oversized metadata record"), path=path)

@@ -13,6 +13,8 @@ from typing import Any, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .mapping import map_region
+
 
 Range = Tuple[int, int]
 
@@ -98,32 +100,18 @@ class FileRows(NamedTuple):
         return np.dtype((self.dtype, self.shape))
 
 
-class RowRun(NamedTuple):
-    """Where a shard's fixed-shape rows and its int64 labels lie in its file, as the small record
-    its format keeps at a fixed place says (ShardFormat.row_run). Unchecked against the bytes it
-    names: the dataset maps the rows from it only once they and the labels match the sample table."""
+class Location(NamedTuple):
+    """Where a shard's fixed-shape rows, int64 labels and CRC32s lie in its file, as the format's
+    own record says (ShardFormat.locate), after that record's own checks. A dataset maps the rows
+    from it only once checked.CheckedShards.locate has compared its count and identity with the
+    manifest and its labels and CRC32s with the sample table."""
 
+    count: int
+    dataset_id: Optional[str]
     rows: FileRows
-    labels_offset: int
-    dataset_id: str
-
-
-def address(buffer: Any) -> int:
-    """The address of a buffer's first byte (an mmap or an ndarray), read without touching it."""
-    array = buffer if isinstance(buffer, np.ndarray) else np.frombuffer(buffer, np.uint8, count=1)
-    return int(array.__array_interface__["data"][0])
-
-
-def rows_in_file(rows: Any) -> Optional[FileRows]:
-    """Where rows (a reader's rows()) lie in its shard file, when they are a view of a map of the
-    whole file (map_rows over map_file); None otherwise."""
-    if not isinstance(rows, np.ndarray) or not rows.flags.c_contiguous or rows.ndim < 1:
-        return None
-    base = rows.base        # np.frombuffer keeps the map's buffer as a memoryview of it
-    mapped = base.obj if isinstance(base, memoryview) else base
-    if not isinstance(mapped, mmap.mmap) or not len(mapped):
-        return None
-    return FileRows(rows.dtype, tuple(rows.shape[1:]), len(rows), address(rows) - address(mapped))
+    labels: Range                   # (offset, bytes) of count int64 labels
+    crcs: Range                     # (offset, bytes) of count CRC32s of crc_dtype
+    crc_dtype: str = "<u4"
 
 
 def map_rows(view: mmap.mmap, dtype: np.dtype, shape: Sequence[int], count: int, offset: int) -> np.ndarray:
@@ -135,14 +123,14 @@ def map_rows(view: mmap.mmap, dtype: np.dtype, shape: Sequence[int], count: int,
     return np.frombuffer(view, dtype=np.dtype((dtype, tuple(shape))), count=count, offset=offset)
 
 
-def map_file(fd: int, size: int) -> mmap.mmap:
-    """A read-only map of the open file, which must still have the size its locator was checked
-    against (ValueError otherwise: the file changed after the check)."""
-    view = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    if len(view) != size:
-        view.close()
-        raise ValueError(f"the file has {len(view)} bytes, {size} when it was checked")
-    return view
+def map_file(fd: int, size: int, readahead: bool = True) -> mmap.mmap:
+    """A read-only map of the whole open file, holding no descriptor (mapping.map_region), which
+    must still have the size its locator was checked against (ValueError otherwise: the file
+    changed after the check)."""
+    actual = os.fstat(fd).st_size
+    if actual != size:
+        raise ValueError(f"the file has {actual} bytes, {size} when it was checked")
+    return map_region(fd, 0, size, readahead)[0]
 
 
 class opened:

@@ -19,10 +19,9 @@ import numpy as np
 
 from ..schema import SampleSchema
 from .base import FormatOptions, ShardFormat, ShardReader, ShardWriter
-from .locating import FileRows, RowRun, opened
+from .locating import FileRows, Location, opened
 from .packing import array_dtype, check_per_sample_compression
 from .pt_layout import FORMAT_NAME, FORMAT_VERSION
-from .pt_locator import read_locator
 from .pt_reader import PTReader, field_problem, located
 
 
@@ -62,22 +61,21 @@ class PTFormat(ShardFormat):
             return super().peek(path, schema, options, fd)
         return locator.count, locator.dataset_id
 
-    def row_run(self, fd: int, size: int, path: str, schema: SampleSchema,
-                options: Optional[FormatOptions] = None) -> Optional[RowRun]:
-        """From the locator in the archive's comment (one pread of the tail, its CRC32, fields and
-        ranges checked), when its data tensor holds exactly the uncompressed rows of the schema."""
+    def locate(self, fd: int, size: int, path: str, schema: SampleSchema,
+               options: Optional[FormatOptions] = None) -> Optional[Location]:
+        """From the locator in the archive's comment, once it still describes the archive (as a
+        reader checks it), when its data tensor holds exactly the uncompressed rows of the schema."""
         if not schema.is_array or schema.compression != "none":
             return None
-        found = read_locator(fd, path, size)
-        if found is None:
+        locator = located(fd, path)
+        if locator is None or field_problem(locator.fields, schema) is not None:
             return None
-        locator = found[0]
         offset, nbytes = locator.tables["data"]
-        if locator.file_size != size or field_problem(locator.fields, schema) is not None \
-                or nbytes != locator.count * schema.sample_nbytes:
+        if nbytes != locator.count * schema.sample_nbytes:
             return None
         rows = FileRows(array_dtype(schema), tuple(schema.shape), locator.count, offset)
-        return RowRun(rows, locator.tables["labels"][0], locator.dataset_id)
+        return Location(locator.count, locator.dataset_id, rows, locator.tables["labels"], locator.tables["crc32"],
+                        "<i8")
 
     def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None) -> Optional[str]:
         """Open the shard through torch.load with every check, and compare each tensor and field

@@ -166,7 +166,7 @@ def _measure(dataset: Any, workers: int, batch_size: int, stacked: bool, seconds
     import torch.utils.data
 
     from ..read.batches import collate_raw
-    from ..read.handles import worker_init_fn
+    from ..read.cache import worker_init_fn
     from ..runtime.progress import Progress
     from ..read.sampler import ShardAwareSampler
     sampler = _Epochs(ShardAwareSampler(dataset, shuffle=True, seed=0, num_replicas=1, rank=0))

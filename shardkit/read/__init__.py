@@ -1,1 +1,1 @@
-"""The read side: datasets, per-process handles, samplers."""
+"""The read side: datasets, the cache of open shards, samplers, streams."""

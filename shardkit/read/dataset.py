@@ -9,6 +9,7 @@ import torch.utils.data
 
 from ..codecs.decode import make_decoder
 from ..errors import CorruptSampleError, CorruptShardError, SampleError, UsageError
+from ..formats import get_format
 from ..manifest import Manifest, load_manifest
 from ..records import Encoded
 from .indices import sample_index, sample_indices
@@ -22,10 +23,10 @@ DATASET_OPTIONS = ("decode", "transform", "target_transform", "verify_checksums"
 class ShardDataset(ShardRecords, torch.utils.data.Dataset):
     """Random access to every sample of a shardkit dataset: ds[i] -> (sample, label) or sample.
 
-    The records come from ShardRecords (readers opened lazily per process, in a bounded LRU of
-    this dataset's own, so the dataset pickles without them and works in DataLoader workers under
-    fork and spawn; `open_shards()` opens them ahead for workers forked later, `close()` or a
-    `with` block releases them); this class decodes, transforms and labels them.
+    The records come from ShardRecords (shards opened lazily per process by the dataset's own
+    ShardCache, so the dataset pickles without them and works in DataLoader workers under fork and
+    spawn; `open_shards()` opens them ahead for workers forked later, `close()` or a `with` block
+    closes them); this class decodes, transforms and labels them.
     """
 
     keywords = DATASET_OPTIONS
@@ -38,7 +39,7 @@ class ShardDataset(ShardRecords, torch.utils.data.Dataset):
                  **format_options: Any) -> None:
         super().__init__(root, verify_checksums=verify_checksums, max_open_shards=max_open_shards,
                          _manifest=_manifest, **format_options)
-        fmt = self._format
+        fmt = get_format(self.manifest.format_name)
         if return_key and self.manifest.format_version < fmt.keys_since:
             raise UsageError(f"written with {fmt.name} format version {self.manifest.format_version}, "
                              f"before samples stored their keys; return_key needs version {fmt.keys_since} "
@@ -147,7 +148,7 @@ class ShardDataset(ShardRecords, torch.utils.data.Dataset):
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.root!r}, format={self.manifest.format_name}, "
-                f"samples={self._length}, shards={len(self._paths)}, decode={self.decode!r})")
+                f"samples={self._length}, shards={len(self.manifest.shards)}, decode={self.decode!r})")
 
 
 class HDF5Dataset(ShardDataset):

@@ -7,10 +7,10 @@ its file into its own slice of it (`MAP_FIXED | MAP_SHARED`, read-only), so that
 placed shard is a row of the one array `rows`, at `bases[shard] + local`.
 
 What keeps it safe:
-- a shard is mapped from the descriptor its reader was opened through (the checked one), over the
-  bytes its reader says its rows are (`ShardReader.file_rows`: those its own map checked, or for
-  LMDB those found equal to the block LMDB reads), and a read uses its slice only once its dataset has
-  published the shard (checks passed); until then, and once it leaves, `bases[shard]` is -1;
+- a shard is mapped from its checked descriptor, over the bytes its format says its rows are
+  (`checked.CheckedShards.locate`: the format's record, checked, and its labels and CRC32s equal to
+  the sample table's), and `bases[shard]` becomes its slice only once the mapping is made; until
+  then, and once it is withdrawn, it is -1 and no read uses the slice;
 - a shard always maps into its own slice, so no row address ever shows another shard's bytes, and
   a mapping stays until the arena is freed: the reserved range is an mmap object whose buffer every
   row view holds, so it is unmapped (with every mapping in it) only after the last view is gone;
@@ -22,25 +22,17 @@ What keeps it safe:
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import math
 import mmap
-import sys
 import threading
 import weakref
 from typing import Any, List, Optional
 
 import numpy as np
 
-from ..formats.locating import FileRows, address
+from ..formats.locating import FileRows
+from ..formats.mapping import MMAP, PAGE as _PAGE, address, map_over
 
-_PAGE = mmap.PAGESIZE
-_PROT_READ = mmap.PROT_READ
-#: MAP_FIXED is 0x10 on every Linux architecture; Python's mmap module does not name it.
-_MAP_FIXED = 0x10
-_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
-_MADV_RANDOM = getattr(mmap, "MADV_RANDOM", 1)
 #: The most address space one arena reserves (it costs no memory, only addresses).
 MAX_RESERVED_BYTES = 1 << 44
 #: The maps a placed shard adds (its mapping and the piece of the reserved range after it).
@@ -71,21 +63,6 @@ class _MapCount:
 ARENA_MAPS = _MapCount()
 
 
-def _libc(name: str, argtypes: List[Any], restype: Any) -> Optional[Any]:
-    """A libc function through ctypes, or None where the arena is not used (not Linux, no libc)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        call = getattr(ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True), name)
-    except (OSError, AttributeError):
-        return None
-    call.restype, call.argtypes = restype, argtypes
-    return call
-
-
-_MMAP = _libc("mmap", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long],
-              ctypes.c_void_p)
-_MADVISE = _libc("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int)
 #: A mapping of at most this many bytes is filled in when made (MAP_POPULATE), where its reader
 #: reads ahead: a small shard's rows then cost no page fault of their own at their first reads.
 POPULATE_BYTES = 64 << 10
@@ -112,13 +89,10 @@ class RowArena:
         self._phase = phase
         size = -(-(shards * self._span * row_bytes + phase) // _PAGE) * _PAGE
         # Read-only private pages commit no memory (they are never written).
-        self._range = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=_PROT_READ)
+        self._range = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ)
         self._start = address(self._range)
         self.rows = np.frombuffer(self._range, dtype=self.row_dtype, offset=phase, count=shards * self._span)
         self.bases: List[int] = [-1] * shards
-        #: Each shard's first row in its slice for its current reader (-1: not placed since the
-        #: reader before left), which publish() makes bases[shard].
-        self._placed: List[int] = [-1] * shards
         #: Each shard's first row of the mapping in its slice (-1: none yet), which a new mapping
         #: at the same place replaces without adding maps.
         self._mapped: List[int] = [-1] * shards
@@ -136,7 +110,7 @@ class RowArena:
         not Linux, more address space than allowed, or a map limit (the maps all arenas of the
         process may hold) too small for every shard."""
         row_bytes = first.row_dtype.itemsize
-        if _MMAP is None or row_bytes <= 0 or max_rows <= 0 or \
+        if MMAP is None or row_bytes <= 0 or max_rows <= 0 or \
                 ARENA_MAPS.held + MAPS_PER_SHARD * shards + 1 > map_limit:
             return None
         if shards * _span(max_rows, row_bytes) * row_bytes > MAX_RESERVED_BYTES:
@@ -147,9 +121,9 @@ class RowArena:
             return None
 
     def place(self, shard: int, fd: int, where: FileRows) -> bool:
-        """Map a shard's rows (`where` they lie in the file open as fd) into the shard's slice;
-        False when they cannot be (unlike layout, a failed map)."""
-        self._placed[shard] = self.bases[shard] = -1      # set again once mapped and checked
+        """Map a shard's checked rows (`where` they lie in the file open as fd) into the shard's
+        slice, and read them from there; False when they cannot be (unlike layout, a failed map)."""
+        self.bases[shard] = -1
         count, offset = where.row_count, where.offset
         if not self.usable or where.row_dtype != self.row_dtype or not 0 < count <= self._span \
                 or offset < 0:
@@ -171,28 +145,14 @@ class RowArena:
             if not ARENA_MAPS.take(MAPS_PER_SHARD, self._map_limit):
                 return False
             self._maps[0] += MAPS_PER_SHARD
-        assert _MMAP is not None
-        populate = _MAP_POPULATE if where.readahead and length <= POPULATE_BYTES else 0
-        if _MMAP(begin, length, _PROT_READ, mmap.MAP_SHARED | _MAP_FIXED | populate, fd, offset - in_page) != begin:
+        if not map_over(begin, length, fd, offset - in_page, where.readahead, populate=length <= POPULATE_BYTES):
             self.usable = False
             _KEPT.append(self)
             return False
-        if not where.readahead and _MADVISE is not None:
-            _MADVISE(begin, length, _MADV_RANDOM)       # as the reader's own map: only the pages read
-        self._mapped[shard] = self._placed[shard] = first
+        self._mapped[shard] = self.bases[shard] = first
         return True
 
-    def placed_rows(self, shard: int, count: int) -> np.ndarray:
-        """The `count` rows of a shard as place() mapped them (before publish)."""
-        base = self._placed[shard]
-        assert base >= 0
-        return self.rows[base:base + count]
-
-    def publish(self, shard: int) -> None:
-        """Let reads of a placed shard (checked since) use its slice."""
-        self.bases[shard] = self._placed[shard]
-
     def withdraw(self, shard: int) -> None:
-        """Reads of the shard no longer use its slice (its reader left); its mapping stays until
-        the arena is freed, or a new reader of the shard is placed over it."""
-        self.bases[shard] = self._placed[shard] = -1
+        """Reads of the shard no longer use its slice; its mapping stays until the arena is freed,
+        or the shard is placed again over it."""
+        self.bases[shard] = -1

@@ -2,6 +2,7 @@
 the last file convert and merge write before the manifest."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from typing import Any, Dict, Optional
@@ -20,6 +21,7 @@ def write_sample_table(dst: str, manifest: "Manifest") -> Optional[Dict[str, Any
     table, when the dataset has no sample or a shard stores no such tables (LMDB records)."""
 
     final = os.path.join(dst, TABLE_NAME)
+    manifest = dataclasses.replace(manifest, sample_table=None)     # the table being written is not checked against
     if manifest.num_samples:
         fmt = get_format(manifest.format_name)
         options = recorded_options(fmt, manifest, dst)

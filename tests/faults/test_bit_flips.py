@@ -18,7 +18,6 @@ import pytest
 
 import shardkit
 from shardkit.errors import CorruptSampleError, CorruptShardError
-from shardkit.read.handles import HANDLES
 
 from .helpers import bit_flipped, make_tiny_tree, shard_paths
 
@@ -54,7 +53,7 @@ def payload_regions(dst: Path) -> Tuple[List[Region], Dict[int, Tuple[bytes, int
     """
     ds = shardkit.open_dataset(dst, decode=None)
     samples = {index: (bytes(memoryview(ds[index][0])), ds[index][1]) for index in range(len(ds))}
-    HANDLES.close_all()
+    ds.close()
     regions: List[Region] = []
     for shard, path in enumerate(shard_paths(dst)):
         content = path.read_bytes()
@@ -81,12 +80,8 @@ def _find_all(content: bytes, needle: bytes) -> List[int]:
 
 def _is_live(dst: Path, path: Path, start: int, index: int, payload: bytes) -> bool:
     offset = start + len(payload) // 2
-    try:
-        with bit_flipped(path, offset, 0):
-            ds = shardkit.open_dataset(dst, decode=None)
-            return bytes(memoryview(ds[index][0])) != payload
-    finally:
-        HANDLES.close_all()
+    with bit_flipped(path, offset, 0), shardkit.open_dataset(dst, decode=None) as ds:
+        return bytes(memoryview(ds[index][0])) != payload
 
 
 def _outside(regions: List[Region], shard: int, offset: int) -> bool:
@@ -172,7 +167,7 @@ def test_reader_never_returns_a_damaged_payload(flip_dataset: Path, fmt: str) ->
             assert shards[shard].name in str(caught.value) and f"sample {local}" in str(caught.value)
             raised += 1
             _check_others(ds, payloads, skip=index)
-        HANDLES.close_all()
+            ds.close()
     print(f"\n{fmt}: readers raised CorruptSampleError for {raised}/{READER_TRIALS} payload bit flips")
     assert raised == READER_TRIALS
 
@@ -199,7 +194,7 @@ def test_reader_with_flips_outside_payloads(flip_dataset: Path, fmt: str, checks
             raised, wrong_labels = _check_others(ds, samples, skip=-1)
             outcome = "raised" if raised else "wrong label" if wrong_labels else "intact"
             outcomes[outcome] += 1
-        HANDLES.close_all()
+            ds.close()
     print(f"\n{fmt}: {trials} bit flips outside payloads, verify_checksums={checks!r}: "
           f"{outcomes['raised']} raised, {outcomes['intact']} read back intact, "
           f"{outcomes['wrong label']} returned a wrong label; 0 returned a wrong payload")
@@ -225,7 +220,7 @@ def _check_others(ds, samples: Dict[int, Tuple[bytes, int]], skip: int) -> Tuple
 
 
 def test_full_checksums_hold_when_another_dataset_has_the_shard_open(writable_dataset: Path) -> None:
-    """HANDLES shares open shards process-wide; verify_checksums="full" must still hash each shard."""
+    """Another dataset of the process holds the shard open; verify_checksums="full" must still hash it."""
     shard = shard_paths(writable_dataset)[0]
     plain = shardkit.open_dataset(writable_dataset, decode=None)
     plain[0]                                    # the shard is now open in this process
@@ -233,4 +228,5 @@ def test_full_checksums_hold_when_another_dataset_has_the_shard_open(writable_da
         checked = shardkit.open_dataset(writable_dataset, decode=None, verify_checksums="full")
         with pytest.raises(CorruptShardError, match="sha256"):
             checked[0]
-    HANDLES.close_all()
+    plain.close()
+    checked.close()

@@ -13,7 +13,6 @@ import pytest
 
 import shardkit
 from shardkit.errors import CorruptShardError, ManifestError, NotADatasetError
-from shardkit.read.handles import HANDLES
 
 from .crafting import forge_manifest
 from .helpers import make_tiny_tree, run_cli, shard_paths
@@ -63,9 +62,9 @@ def test_truncated_or_extended_shards(pristine: Path, fmt: str) -> None:
             with pytest.raises(CorruptShardError, match=str(shard)):
                 ds[first]
             raised += 1
+            ds.close()
         finally:
             shard.write_bytes(original)
-            HANDLES.close_all()
     print(f"\n{fmt}: {found}/{TRUNCATION_TRIALS} truncated or extended shards found by verify, "
           f"{raised}/{TRUNCATION_TRIALS} refused by readers")
     assert shardkit.verify(str(pristine)).ok
@@ -82,9 +81,9 @@ def test_missing_shards(pristine: Path) -> None:
             index = int(ds.shard_starts[shard_paths(pristine).index(shard)])
             with pytest.raises(CorruptShardError, match=f"{shard}.*missing"):
                 ds[index]
+            ds.close()
         finally:
             shard.write_bytes(content)
-            HANDLES.close_all()
 
 
 @pytest.mark.parametrize("name", ["notes.txt", ".shard-00000.tmp", "shard-00099.h5", ".hidden", "sub"])

@@ -12,7 +12,6 @@ import pytest
 
 import shardkit
 from shardkit.errors import ConversionError, CorruptSampleError
-from shardkit.read.handles import HANDLES
 from shardkit.integrity import hash_file
 
 from .crafting import reseal
@@ -49,7 +48,8 @@ def test_reader_refuses_a_label_outside_the_classes(image_tree: Path, tmp_path: 
     with pytest.raises(CorruptSampleError, match="has label 99, outside the 4 classes") as caught:
         checked[index]
     assert (caught.value.index, caught.value.global_index) == (5, index)
-    HANDLES.close_all()
+    plain.close()
+    checked.close()
 
 
 def test_negative_indices_follow_python(dataset_dir: Path) -> None:

@@ -14,7 +14,6 @@ from shardkit.errors import CorruptSampleError
 from shardkit.formats import get_format, recorded_options
 from shardkit.manifest import load_manifest
 from shardkit.formats.packing import DEFAULT_GZIP_LEVEL
-from shardkit.read.handles import HANDLES
 
 from .helpers import shard_paths
 
@@ -32,7 +31,7 @@ def _break_zlib_header(dst: Path, index: int) -> tuple:
     ds = shardkit.open_dataset(dst, decode=None)
     payload = bytes(memoryview(ds[index][0]))
     shard, local = ds.locate(index)
-    HANDLES.close_all()
+    ds.close()
     path = shard_paths(dst)[shard]
     content = bytearray(path.read_bytes())
     where = content.find(zlib.compress(payload, DEFAULT_GZIP_LEVEL))
@@ -55,7 +54,7 @@ def test_damaged_zlib_record_raises_corrupt_sample_error(gzip_dataset: Path) -> 
     copy = pickle.loads(pickle.dumps(error))
     assert (str(copy), copy.shard, copy.index) == (str(error), error.shard, error.index)
     assert ds[44] is not None and ds[46] is not None
-    HANDLES.close_all()
+    ds.close()
 
 
 def test_verify_and_reshard_name_the_damaged_sample(gzip_dataset: Path, tmp_path: Path) -> None:
@@ -94,7 +93,7 @@ def test_damaged_key_block_names_the_sample_whose_key_was_asked(format_name: str
     shardkit.convert(str(image_tree), str(dst), format=format_name, samples_per_shard=40, quiet=True)
     ds = shardkit.open_dataset(dst, decode=None)
     keys = [ds.key(index) for index in range(40, 80)]          # shard 1, one key block of 40 keys
-    HANDLES.close_all()
+    ds.close()
     encoded = [key.encode() for key in keys]
     block = zlib.compress(struct.pack(f"<{len(keys) + 1}I", len(keys), *map(len, encoded)) + b"".join(encoded), 6)
     _zero_first_bytes(shard_paths(dst)[1], block)
@@ -104,7 +103,7 @@ def test_damaged_key_block_names_the_sample_whose_key_was_asked(format_name: str
         ds.key(57)
     assert caught.value.index == 17 and caught.value.path == str(shard_paths(dst)[1])
     assert "key table block 0 does not inflate" in str(caught.value)
-    HANDLES.close_all()
+    ds.close()
 
 
 def test_short_lmdb_row_block_names_the_sample(tmp_path: Path) -> None:
@@ -124,7 +123,6 @@ def test_short_lmdb_row_block_names_the_sample(tmp_path: Path) -> None:
     per_block = reader._per_block
     reader.close()
     assert 0 < per_block < 300
-    HANDLES.close_all()
     with lmdb.open(str(path), subdir=False, lock=False) as env, env.begin(write=True) as txn:
         second = (1).to_bytes(8, "big")                     # the key of the second block of rows
         assert txn.put(second, bytes(txn.get(second))[:1000])
@@ -140,4 +138,3 @@ def test_short_lmdb_row_block_names_the_sample(tmp_path: Path) -> None:
         assert caught.value.index == per_block + 2
     finally:
         reader.close()
-        HANDLES.close_all()

@@ -51,7 +51,7 @@ def test_located_reads_equal_h5py_reads_for_every_layout(golden: Path) -> None:
     for entry in ds.manifest.shards:
         same_samples(golden / entry.path, ds.manifest.schema)
     if ds.manifest.schema.compression == "none":
-        reader = ds.reader(0)
+        reader = ds.shard_cache.reader(0)
         assert reader._file is None and reader._mmap is not None   # opened without h5py
     ds.close()
 
@@ -167,7 +167,7 @@ def test_verify_deep_reports_a_locator_that_disagrees_with_hdf5(tmp_path: Path, 
     monkeypatch.setitem(hdf5_layout.BYTES_CHUNK, "none", 64)
     src = golden_copy(tmp_path)
     with shardkit.open_dataset(src, decode=None) as ds:
-        reader = ds.reader(0)
+        reader = ds.shard_cache.reader(0)
         samples = [Encoded(bytes(reader.read(i).payload), reader.read(i).label, reader.read(i).crc32, reader.key(i))
                    for i in range(len(reader))]
     shard = rewrite_shard(src, samples)        # the same samples in chunks of 64 bytes
@@ -186,7 +186,7 @@ def test_peek_gives_the_count_and_identity_a_reader_gives(golden: str) -> None:
     fmt = get_format("hdf5")
     for number, entry in enumerate(ds.manifest.shards):
         path = str(GOLDEN / golden / entry.path)
-        reader = ds.reader(number)
+        reader = ds.shard_cache.reader(number)
         assert fmt.peek(path, ds.manifest.schema, {}) == (len(reader), reader.dataset_id)
     ds.close()
 

@@ -18,8 +18,7 @@ from shardkit.formats import get_format
 from shardkit.formats.base import ReadaheadOptions
 from shardkit.formats import lmdb_writer as lmdb_format
 from shardkit.formats.lmdb_layout import RECORD, sample_key
-from shardkit.read.handles import HANDLES
-from shardkit.read.openfiles import OPEN_FILES
+from shardkit.formats.lmdb_reader import ENVIRONMENTS
 from shardkit.records import Encoded
 from shardkit.schema import SampleSchema
 
@@ -174,7 +173,7 @@ def test_fork_while_locks_are_held_does_not_hang_the_child(tmp_path: Path) -> No
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     child = context.Process(target=_read_in_child, args=(str(path), queue))
-    with parent._shared.lock, OPEN_FILES._lock:      # as if another thread were reading
+    with parent._shared.lock, ENVIRONMENTS._lock:    # as if another thread were reading
         child.start()
     got = queue.get(timeout=60)
     child.join(60)
@@ -182,8 +181,8 @@ def test_fork_while_locks_are_held_does_not_hang_the_child(tmp_path: Path) -> No
     parent.close()
 
 
-def _read_inherited_rows(reader: object, queue: "multiprocessing.Queue") -> None:
-    OPEN_FILES.peek(("any",))          # the child's registry closes what it inherited: the map is gone
+def _read_inherited_rows(reader: object, path: str, schema: SampleSchema, queue: "multiprocessing.Queue") -> None:
+    FMT.open_reader(path, schema).close()  # the child's first open closes what it inherited: the map is gone
     try:
         reader.read(1)                 # type: ignore[attr-defined]
         queue.put("read")
@@ -202,7 +201,7 @@ def test_rows_of_a_map_closed_under_a_reader_are_refused_not_read(tmp_path: Path
     assert reader.read(1).payload.tolist() == rows[1].tolist()       # its block's address is known now
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    child = context.Process(target=_read_inherited_rows, args=(reader, queue))
+    child = context.Process(target=_read_inherited_rows, args=(reader, str(path), schema, queue))
     child.start()
     got = queue.get(timeout=60)
     child.join(60)
@@ -219,15 +218,12 @@ def test_readahead_default_option_and_override(image_tree: Path, tmp_path: Path)
     dst = tmp_path / "out"
     shardkit.convert(str(image_tree), str(dst), format="lmdb", samples_per_shard=40, readahead=False, quiet=True)
     assert json.loads((dst / "manifest.json").read_text())["format_options"] == {"readahead": False}
-    HANDLES.close_all()
-    plain = shardkit.open_dataset(dst, decode=None)
-    assert plain.reader(0).readahead is False
-    reference = [_payload(plain.read_encoded(i)) for i in range(len(plain))]
-    HANDLES.close_all()
-    forced = shardkit.open_dataset(dst, decode=None, readahead=True)
-    assert forced.reader(1).readahead is True
-    assert [_payload(forced.read_encoded(i)) for i in range(len(forced))] == reference
-    HANDLES.close_all()
+    with shardkit.open_dataset(dst, decode=None) as plain, plain.shard_cache as cache:
+        assert cache.reader(0).readahead is False
+        reference = [_payload(plain.read_encoded(i)) for i in range(len(plain))]
+    with shardkit.open_dataset(dst, decode=None, readahead=True) as forced, forced.shard_cache as cache:
+        assert cache.reader(1).readahead is True
+        assert [_payload(forced.read_encoded(i)) for i in range(len(forced))] == reference
 
 
 def test_both_readahead_settings_read_the_same_bytes(tmp_path: Path) -> None:
@@ -345,7 +341,7 @@ def test_a_second_readahead_on_an_open_file_is_refused_not_ignored(image_tree: P
         on = shardkit.open_dataset(dst, decode=None, readahead=True)
         with pytest.raises(UsageError, match="readahead=False"):
             on[0]
-    assert on.reader(0).readahead is True       # once the other dataset is closed
+    assert on.shard_cache.reader(0).readahead is True       # once the other dataset is closed
     on.close()
 
 
@@ -366,4 +362,11 @@ def test_peek_reads_count_and_identity_from_the_metadata_record(tmp_path: Path) 
         handle.truncate(os.path.getsize(path) // 2)
     with pytest.raises(CorruptShardError, match="truncated"):
         FMT.peek(str(path), SCHEMA)
-    assert len(OPEN_FILES) == 0
+    assert not [fd for fd in os.listdir("/proc/self/fd") if _names(fd, path)]     # nothing left open
+
+
+def _names(fd: str, path: Path) -> bool:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    except OSError:
+        return False

@@ -172,7 +172,7 @@ def test_an_archive_rewritten_by_torch_reads_through_torch_load(tmp_path: Path) 
     reseal(dst)
     ds = shardkit.open_dataset(dst, decode=None)
     assert [ds[i][1] for i in range(3)] == content["labels"][:3].tolist()
-    assert ds.reader(0)._map is None
+    assert ds.shard_cache.reader(0)._map is None
 
 
 def test_a_locator_of_other_archive_bytes_is_not_used(tmp_path: Path) -> None:
@@ -183,7 +183,7 @@ def test_a_locator_of_other_archive_bytes_is_not_used(tmp_path: Path) -> None:
     rewrite_locator(shard, lambda locator: None, meta_flip=1)
     reseal(dst)
     ds = shardkit.open_dataset(dst, decode=None)
-    assert ds.reader(0)._map is None and len(ds.reader(0)) == ds.manifest.shards[0].num_samples
+    assert ds.shard_cache.reader(0)._map is None and len(ds.shard_cache.reader(0)) == ds.manifest.shards[0].num_samples
 
 
 def test_verify_deep_reports_a_locator_that_disagrees_with_the_archive(tmp_path: Path) -> None:
@@ -203,7 +203,7 @@ def test_peek_gives_the_count_and_identity_a_reader_gives(golden: str) -> None:
     ds = shardkit.open_dataset(GOLDEN / golden, decode=None)
     fmt = get_format("pt")
     for number, entry in enumerate(ds.manifest.shards):
-        reader = ds.reader(number)
+        reader = ds.shard_cache.reader(number)
         assert fmt.peek(str(GOLDEN / golden / entry.path), ds.manifest.schema, {}) == (len(reader), reader.dataset_id)
     ds.close()
 

@@ -8,7 +8,6 @@ import pytest
 import shardkit
 from shardkit.formats import get_format
 from shardkit.formats.base import READAHEAD_RAM_FRACTION, physical_memory, readahead_by_size
-from shardkit.read.handles import HANDLES
 from shardkit.schema import SampleSchema
 
 
@@ -23,13 +22,12 @@ def test_readahead_off_reads_the_same_samples(dataset_dir: Path, fmt: str) -> No
     manifest = shardkit.open_dataset(dataset_dir).manifest
     offered = get_format(fmt).default_options(SampleSchema(kind="image"), 0)
     assert manifest.format_options.get("readahead") == offered.get("readahead")
-    HANDLES.close_all()
     if "readahead" not in get_format(fmt).reader_options.names():      # e.g. pt: an option it does not take
         with pytest.raises(shardkit.UsageError, match="unknown option 'readahead'"):
             shardkit.open_dataset(dataset_dir, readahead=True)
         return
-    on = [bytes(memoryview(p)) for p, _ in shardkit.open_dataset(dataset_dir, decode=None, readahead=True)]
-    HANDLES.close_all()
-    off = [bytes(memoryview(p)) for p, _ in shardkit.open_dataset(dataset_dir, decode=None, readahead=False)]
-    HANDLES.close_all()
+    with shardkit.open_dataset(dataset_dir, decode=None, readahead=True) as ds:
+        on = [bytes(memoryview(p)) for p, _ in ds]
+    with shardkit.open_dataset(dataset_dir, decode=None, readahead=False) as ds:
+        off = [bytes(memoryview(p)) for p, _ in ds]
     assert on == off and len(on) == 120

@@ -129,7 +129,7 @@ def test_dataloader_uses_the_batched_path(dataset_dir: Path, monkeypatch: pytest
 
 def test_every_format_reader_batches(dataset_dir: Path, fmt: str) -> None:
     with shardkit.open_dataset(dataset_dir, decode=None) as ds:
-        reader = ds.reader(1)
+        reader = ds.shard_cache.reader(1)
         assert ds.manifest.format_name == get_format(fmt).name
         many = reader.read_many([4, 0, 4])
         singles = [reader.read(i) for i in (4, 0, 4)]

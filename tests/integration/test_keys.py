@@ -13,7 +13,6 @@ import torch
 import shardkit
 from shardkit.errors import CorruptShardError
 from shardkit.formats import get_format
-from shardkit.read.handles import HANDLES
 
 from ..conftest import image_files
 
@@ -132,12 +131,11 @@ def test_keys_are_read_lazily_and_checked(tmp_path: Path, image_tree: Path, fmt:
     assert at > 0 and data.count(key_data) == 1
     data[at + 20] ^= 0xFF
     shard.write_bytes(bytes(data))
-    HANDLES.close_all()
     ds = shardkit.open_dataset(dst, decode=None)
     assert bytes(memoryview(ds[5][0])) == (image_tree / image_files(image_tree)[5]).read_bytes()
     with pytest.raises(CorruptShardError, match="shard-00000.*key"):
         ds.key(5)
-    HANDLES.close_all()
+    ds.close()
 
 
 def _key_data(dst: Path) -> bytes:
@@ -157,7 +155,7 @@ def test_verify_deep_names_a_damaged_sample_by_key(writable_dataset: Path) -> No
     key = ds.key(index)
     payload = bytes(memoryview(ds[index][0]))
     entry = ds.manifest.shards[0]
-    HANDLES.close_all()
+    ds.close()
     shard = writable_dataset / entry.path
     data = bytearray(shard.read_bytes())
     at = data.find(payload[-64:])

@@ -10,7 +10,6 @@ import pytest
 from PIL import Image
 
 import shardkit
-from shardkit.read.handles import HANDLES
 from shardkit.samples import make_image_tree
 
 
@@ -33,7 +32,7 @@ def test_old_dataset_object_refuses_the_replacing_dataset(tmp_path: Path, fmt: s
     old = shardkit.open_dataset(dst, decode="numpy", verify_checksums=checks)
     before = old[0][0].copy()
     sizes = [path.stat().st_size for path in sorted((dst / "shards").iterdir())]
-    HANDLES.close_all()                 # as after an LRU eviction: the next read opens the file again
+    old.close()                         # as after an eviction: the next read opens the file again
     shardkit.convert(str(second), str(dst), overwrite=True, **options)
     assert [path.stat().st_size for path in sorted((dst / "shards").iterdir())] == sizes   # sizes alone pass
     new = shardkit.open_dataset(dst, decode="numpy")
@@ -46,19 +45,18 @@ def test_old_dataset_object_refuses_the_replacing_dataset(tmp_path: Path, fmt: s
     with pytest.raises(shardkit.ForeignShardError):
         old.__getitems__([9, 1, 18])    # a batch checks every shard it opens as ds[i] does
     assert np.array_equal(shardkit.open_dataset(dst, decode="numpy")[0][0], new[0][0])
-    HANDLES.close_all()
+    old.close()
+    new.close()
 
 
 def test_a_new_dataset_object_does_not_take_the_old_ones_handle(tmp_path: Path, fmt: str) -> None:
-    """The other order: the new object opens the shard first; the old one, sharing the process's
-    handles, must still refuse it."""
+    """The other order: the new object opens the shard first; the old one must still refuse it."""
     first, second, dst = tmp_path / "first", tmp_path / "second", tmp_path / "dst"
     _tree(first, invert=False)
     _tree(second, invert=True)
     options = dict(format=fmt, image_mode="raw", size=(4, 4), samples_per_shard=8, quiet=True)
     shardkit.convert(str(first), str(dst), **options)
     old = shardkit.open_dataset(dst, decode="numpy")
-    HANDLES.close_all()
     shardkit.convert(str(second), str(dst), overwrite=True, **options)
     new = shardkit.open_dataset(dst, decode="numpy")
     new[0]
@@ -66,7 +64,8 @@ def test_a_new_dataset_object_does_not_take_the_old_ones_handle(tmp_path: Path, 
         old.__getitems__([1, 2])
     with pytest.raises(shardkit.ForeignShardError):
         old[1]
-    HANDLES.close_all()
+    old.close()
+    new.close()
 
 
 def test_verify_reports_a_shard_of_another_dataset(tmp_path: Path, fmt: str) -> None:

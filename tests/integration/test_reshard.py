@@ -14,7 +14,6 @@ import shardkit
 from shardkit.cli import main
 from shardkit.options import ReshardOptions, RunOptions
 from shardkit.formats import format_names
-from shardkit.read.handles import HANDLES
 from shardkit.manifest import Manifest, ShardEntry
 from shardkit.write.plan import cut_shards
 from shardkit.schema import SampleSchema
@@ -106,7 +105,7 @@ def _flip_payload_byte(dst: Path, index: int) -> str:
     data = bytearray((dst / rel).read_bytes())
     offset = data.find(payload) + len(payload) // 2
     data[offset] ^= 0x10
-    HANDLES.close_all()            # let go of the file before changing it
+    ds.close()                     # let go of the file before changing it
     (dst / rel).write_bytes(bytes(data))
     return rel
 

@@ -129,7 +129,7 @@ def test_more_shards_than_open_handles(image_tree: Path, tmp_path: Path, fmt: st
     files = files_in_dataset_order(image_tree, dst)
     for index in rng.permutation(len(ds))[:80]:
         assert bytes(memoryview(ds[int(index)][0])) == (image_tree / files[index]).read_bytes()
-        assert len(ds._handles) <= 3
+        assert len(ds.shard_cache.info().open) <= 3
 
 
 def test_open_same_dataset_twice(dataset_dir: Path) -> None:

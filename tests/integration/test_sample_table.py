@@ -59,7 +59,8 @@ def test_reads_through_the_table_equal_reads_through_the_shards(table_dataset: "
     with shardkit.open_dataset(dst, decode=None, verify_checksums=True) as ds, \
             type(ds)(dst, decode=None, verify_checksums=True, _manifest=untabled) as plain:
         got = [ds[i] for i in order]
-        assert ds._table is not None and plain._table is None
+        assert ds.shard_cache.table is not None and plain.shard_cache.table is None
+        assert ds.shard_cache.info().placed and not plain.shard_cache.info().placed     # rows only with a table
         expected = [plain[i] for i in order]
         assert [label for _, label in got] == [label for _, label in expected] == [i % 4 for i in order]
         assert np.array_equal(np.stack([np.asarray(p) for p, _ in got]), rows[order])
@@ -73,7 +74,7 @@ def test_dataloader_workers_map_the_table_themselves(table_dataset: "tuple[Path,
     ds = shardkit.open_dataset(dst, decode="tensor")
     ds[0]
     clone = pickle.loads(pickle.dumps(ds))
-    assert clone._table is None and clone[3][1] == 3
+    assert clone.shard_cache.table is None and clone[3][1] == 3
     loader = torch.utils.data.DataLoader(ds, batch_size=16, num_workers=2)
     labels = torch.cat([batch[1] for batch in loader]).tolist()
     assert labels == [i % 4 for i in range(ROWS)]
@@ -93,7 +94,7 @@ def test_a_table_that_differs_from_its_shard_is_refused_naming_both(table_datase
             ds[29]                                  # the whole shard, not only the flipped row
     report = shardkit.verify(str(dst), mode="full", workers=1)
     found = {(problem.kind, problem.shard) for problem in report.problems}
-    assert found == {("table", None), ("table", ds._names[4])}, report.problems
+    assert found == {("table", None), ("table", ds.manifest.shards[4].path)}, report.problems
     assert shardkit.verify(str(dst), mode="quick", workers=1).ok      # quick checks the size only
 
 
@@ -104,7 +105,8 @@ def test_targets_come_from_the_table_only_while_its_sha256_matches(
     monkeypatch.setattr("shardkit.sample_table._BLOCK_ROWS", block_rows)    # several blocks, or one
     with shardkit.open_dataset(dst, decode=None) as ds:
         assert ds.targets().tolist() == [i % 4 for i in range(ROWS)]
-        assert len(ds._handles) == 0                # no shard was opened for them
+        info = ds.shard_cache.info()
+        assert not info.open and not info.placed    # no shard was opened for them
         data = bytearray((dst / TABLE_NAME).read_bytes())
         data[ROW_DTYPE.itemsize * 3] ^= 0x02
         (dst / TABLE_NAME).write_bytes(bytes(data))

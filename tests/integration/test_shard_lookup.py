@@ -14,7 +14,7 @@ import shardkit
 def _walk_keys(ds: shardkit.ShardDataset) -> List[str]:
     """Every key shard by shard through the readers, without the global lookup under test."""
     counts = np.diff(ds.shard_starts).tolist()
-    return [ds.reader(shard).key(local) for shard, count in enumerate(counts) for local in range(count)]
+    return [ds.shard_cache.reader(shard).key(local) for shard, count in enumerate(counts) for local in range(count)]
 
 
 @pytest.mark.parametrize("cut", [{"shard_size": "100KB"}, {"samples_per_shard": 7}])
@@ -48,7 +48,7 @@ def test_fixed_shape_rows_read_as_one_view_match_the_table(tmp_path: Path, fmt: 
         assert np.array_equal(got, rows.astype(np.float32))
         assert [ds[i][1] for i in range(len(ds))] == [i % 3 for i in range(len(ds))]
         assert np.array_equal(np.asarray(ds[-1][0]), rows[-1].astype(np.float32))
-        reader = ds.reader(0)
+        reader = ds.shard_cache.reader(0)
         with pytest.raises(IndexError):
             reader.read(8)
         with pytest.raises(IndexError):

@@ -9,7 +9,8 @@ import pytest
 import torch.utils.data
 
 import shardkit
-from shardkit.read.handles import HANDLES
+
+from ..conftest import shard_files_held
 
 CLASSES, PER_CLASS, BATCH = 1000, 20, 256
 
@@ -58,13 +59,18 @@ def test_subset_and_concat_mix_too(class_sorted: Path) -> None:
     assert distinct_per_batch(labels, np.fromiter(sampler, dtype=np.int64)) >= 0.95 * uniform
 
 
-def _open_handles(sample):
-    """Transform: what the worker reading this sample holds open right now."""
-    return len(HANDLES)
+class _OpenShards:
+    """Transform: how many shard files of the dataset the worker reading this sample holds open."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __call__(self, sample: object) -> int:
+        return shard_files_held(self.root)
 
 
 def test_workers_stay_within_max_open_shards(dataset_dir: Path) -> None:
-    ds = shardkit.open_dataset(dataset_dir, decode=None, transform=_open_handles, max_open_shards=3)
+    ds = shardkit.open_dataset(dataset_dir, decode=None, transform=_OpenShards(dataset_dir), max_open_shards=3)
     assert len(ds.manifest.shards) > 3
     sampler = shardkit.ShardAwareSampler(ds, seed=0, num_replicas=1, rank=0)
     loader = torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=16, num_workers=2)

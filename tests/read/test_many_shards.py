@@ -18,7 +18,7 @@ import json, resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))
 import torch.utils.data
 import shardkit
-from shardkit.read.handles import default_max_open_shards
+from shardkit.read.budget import default_max_open_shards
 
 ds = shardkit.open_dataset(sys.argv[1], decode=None)
 opened = ds.open_shards() if sys.argv[2] == "open_shards" else 0     # the workers inherit these
@@ -97,24 +97,20 @@ ALL_READY = r"""
 import json, os, resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))
 import shardkit
-from shardkit.read.openfiles import OPEN_FILES
 
 ds = shardkit.open_dataset(sys.argv[1], decode=None)
 for _ in range(2):
     for i in range(len(ds)):
         ds[i]
-arena = ds._handles.arena      # small HDF5 and PT shards are placed there without a reader
-slots = ds._handles.slots
-placed = 0 if arena is None else sum(base >= 0 and reader is None for base, reader in zip(arena.bases, slots))
-print(json.dumps({{"budget": ds.max_open_shards, "open": len(OPEN_FILES) + placed,
+info = ds.shard_cache.info()      # rows located in their files: in the row arena, no reader
+print(json.dumps({{"budget": ds.max_open_shards, "open": len(set(info.open) | set(info.placed)),
                   "descriptors": len(os.listdir("/proc/self/fd"))}}))
 """
 
 
 def test_a_dataset_within_its_budget_keeps_every_shard_open(rows_csv: Path, tmp_path: Path, fmt: str) -> None:
-    """The budget counts files, not objects: 300 shards under a budget of 344 all stay open (an
-    LMDB shard is two registered objects, its reader and its environment, but one file; a small
-    HDF5 or PT shard placed in the row arena holds no descriptor and no reader)."""
+    """300 shards under a budget of 344 all stay open (rows located in their files go to the row
+    arena, which holds no descriptor and no reader)."""
     limit = 600
     dst = tmp_path / "within"
     shardkit.convert(str(rows_csv), str(dst), format=fmt, label_column="label", samples_per_shard=2, quiet=True)
