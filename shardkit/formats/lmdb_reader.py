@@ -9,6 +9,7 @@ import json
 import mmap
 import os
 import threading
+import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import lmdb
@@ -163,6 +164,8 @@ class LMDBReader(ShardReader):
         self._schema = schema
         self._shared: Optional[_SharedEnv] = None
         self._key, shared = _acquire(path, readahead, fd)
+        # A reader dropped without close() (its dataset garbage collected) still gives its environment back.
+        self._release = weakref.finalize(self, ENVIRONMENTS.release, self._key, shared)
         self._fd = fd                   # the caller's descriptor of path, used only while opening
         self._shared = shared
         #: Whether this shard's map uses OS readahead.
@@ -369,9 +372,8 @@ class LMDBReader(ShardReader):
         return self._labels
 
     def close(self) -> None:
-        shared, self._shared = self._shared, None
-        if shared is not None:
-            ENVIRONMENTS.release(self._key, shared)
+        self._shared = None
+        self._release()
 
 
 def parse_meta(raw: bytes, schema: SampleSchema, path: str) -> Dict[str, Any]:
