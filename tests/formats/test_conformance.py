@@ -194,6 +194,72 @@ class TestFormatConformance:
         assert sorted(os.listdir(tmp_path)) == [path.name]
 
 
+#: (layout, compression) cases of the optional-hook suite: what each hook answers differs by both.
+HOOK_CASES = [("bytes", "none"), ("bytes", "gzip"), ("array", "none"), ("array", "gzip")]
+
+
+class TestOptionalHooks:
+    """Every optional hook of a format's reader and format object gives what the required ones give:
+    read_many == [read ...], payload == read().payload, tables() == the reads' labels and CRC32s,
+    key() the key written, peek() == (len, dataset_id), and locate() rows, labels and CRC32s that
+    are the reads' bytes where it answers (uncompressed fixed-shape rows: every format must)."""
+
+    @pytest.fixture(params=HOOK_CASES, ids=[f"{layout}-{compression}" for layout, compression in HOOK_CASES])
+    def shard(self, request: pytest.FixtureRequest, fmt: str, tmp_path: Path) -> "tuple[Path, SampleSchema, list]":
+        layout, compression = request.param
+        shape = {"dtype": "uint8", "shape": (5, 7, 3)} if layout == "array" else {}
+        schema = SampleSchema(kind="image", layout=layout, compression=compression, **shape)
+        samples = _array_samples(40) if layout == "array" else _bytes_samples(40)
+        samples = [Encoded(s.payload, s.label, s.crc32, f"k/{index}") for index, s in enumerate(samples)]
+        path = tmp_path / f"shard{get_format(fmt).extension}"
+        write_shard(fmt, path, schema, samples, dataset_id="the-dataset")
+        return path, schema, samples
+
+    def test_batched_and_payload_reads_equal_single_reads(self, fmt: str, shard: tuple) -> None:
+        path, schema, samples = shard
+        reader = get_format(fmt).open_reader(str(path), schema)
+        try:
+            indices = [5, 0, 39, 5, 17, 16, 2]
+            singles = [reader.read(index) for index in indices]
+            for one, many, index in zip(singles, reader.read_many(indices), indices):
+                written = samples[index]
+                assert payload_bytes(many.payload) == payload_bytes(one.payload) == payload_bytes(written.payload)
+                assert (many.label, many.crc32) == (one.label, one.crc32) == (written.label, written.crc32)
+                assert payload_bytes(reader.payload(index)) == payload_bytes(one.payload)
+                assert reader.key(index) == f"k/{index}"
+            tables = reader.tables()
+            if tables is not None:
+                assert list(tables[0]) == [s.label for s in samples] and list(tables[1]) == [s.crc32 for s in samples]
+            assert reader.labels().tolist() == [s.label for s in samples]
+            with pytest.raises(IndexError):
+                reader.read_many([0, 40])
+        finally:
+            reader.close()
+
+    def test_peek_gives_the_count_and_identity(self, fmt: str, shard: tuple) -> None:
+        path, schema, samples = shard
+        assert get_format(fmt).peek(str(path), schema) == (len(samples), "the-dataset")
+
+    def test_locate_names_the_bytes_a_reader_reads(self, fmt: str, shard: tuple) -> None:
+        path, schema, samples = shard
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            location = get_format(fmt).locate(fd, os.fstat(fd).st_size, str(path), schema)
+            if schema.is_array and schema.compression == "none":
+                assert location is not None, f"{fmt} must locate uncompressed fixed-shape rows"
+            if location is None:
+                return
+            rows = location.rows
+            data = os.pread(fd, rows.row_count * rows.row_dtype.itemsize, rows.offset)
+            labels = np.frombuffer(os.pread(fd, location.labels[1], location.labels[0]), "<i8")
+            crcs = np.frombuffer(os.pread(fd, location.crcs[1], location.crcs[0]), location.crc_dtype)
+        finally:
+            os.close(fd)
+        assert (location.count, location.dataset_id) == (len(samples), "the-dataset")
+        assert data == b"".join(payload_bytes(s.payload) for s in samples)
+        assert labels.tolist() == [s.label for s in samples] and crcs.tolist() == [s.crc32 for s in samples]
+
+
 def _assert_runs_write_like_append(fmt: str, tmp_path: Path, schema: SampleSchema, samples: list,
                                    runs: list) -> None:
     """append(samples[0]) then append_many(run) for each run gives the file append() on each gives."""
