@@ -1,131 +1,28 @@
-"""Reading an LMDB shard: one read-only environment per file and process, shared by its readers
-(reference counted: py-lmdb allows only one), and the checks that turn a damaged file into
-CorruptShardError or CorruptSampleError."""
+"""Reading an LMDB shard through the process's environment of its file (lmdb_env.py), and the
+checks that turn a damaged file into CorruptShardError or CorruptSampleError."""
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import json
-import mmap
 import os
-import threading
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import lmdb
 import numpy as np
 
-from ..errors import CorruptSampleError, CorruptShardError, OutOfFilesError, UsageError
-from ..integrity import OUT_OF_FILES, fd_path
+from ..errors import CorruptSampleError, CorruptShardError
+from ..integrity import fd_path
 from ..records import Encoded
-from ..runtime.forks import FORK_COUNT, watch
 from ..schema import SampleSchema
 from .base import ShardReader
 from .keys import KeyTable
+from .lmdb_env import ENVIRONMENTS, SharedEnv, acquire
 from .lmdb_layout import (CRCS_KEY, FLAG_ZLIB, FORMAT_NAME, FORMAT_VERSION, KEY_BLOCKS_KEY, KEYS_KEY, LABELS_KEY,
                           MAX_META_BYTES, META_KEY, RECORD, RECORD_MAGIC, RECORD_VERSION, rows_per_block, sample_key,
                           short_message)
 from .packing import array_dtype, check_lengths, restore
-
-_PAGE = mmap.PAGESIZE
-#: Reader table size; readers open lock-free, so it never limits them (kept generous anyway).
-MAX_READERS = 1024
-
-
-class _SharedEnv:
-    """One read-only environment of this process with its long-lived read transaction."""
-
-    def __init__(self, env: lmdb.Environment, readahead: bool) -> None:
-        self.env = env
-        self.txn = env.begin(buffers=True)
-        self.readahead = readahead
-        self.lock = threading.Lock()
-        #: False once closed: the map, and every block address a reader took from it, is gone.
-        self.mapped = True
-
-    def close(self) -> None:
-        """Close the environment (and its transaction)."""
-        with self.lock:
-            self.close_inherited()
-
-    def close_inherited(self) -> None:
-        """Close an environment inherited over fork: unmaps the child's copy only, and skips the
-        lock, which a thread of the parent may have held at the fork."""
-        self.mapped = False
-        try:
-            self.env.close()
-        except lmdb.Error:
-            pass
-
-
-class _Environments:
-    """This process's environments, one per file (st_dev, st_ino), each with its users. A forked
-    child closes the ones it inherited (that unmaps only its own copy) before it opens its own."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._open: Dict[Tuple[int, int], List[Any]] = {}      # file -> [_SharedEnv, users]
-        self._forks = watch()
-
-    def acquire(self, key: Tuple[int, int], opener: Any) -> _SharedEnv:
-        if self._forks != FORK_COUNT[0]:        # a new process: nothing of the parent's is ours
-            self._lock = threading.Lock()       # (a thread of the parent may have held the old one)
-            for shared, _ in self._open.values():
-                shared.close_inherited()
-            self._open, self._forks = {}, FORK_COUNT[0]
-        with self._lock:
-            entry = self._open.get(key)
-            if entry is None:
-                entry = self._open[key] = [opener(), 0]
-            entry[1] += 1
-            return entry[0]
-
-    def release(self, key: Tuple[int, int], shared: _SharedEnv) -> None:
-        """Drop one use of an environment; the last closes it (not one inherited from a parent)."""
-        with self._lock:
-            entry = self._open.get(key)
-            if self._forks != FORK_COUNT[0] or entry is None or entry[0] is not shared:
-                return
-            entry[1] -= 1
-            if entry[1] <= 0:
-                del self._open[key]
-                shared.close()
-
-
-ENVIRONMENTS = _Environments()
-
-
-def _acquire(path: str, readahead: bool, fd: Optional[int],
-             any_readahead: bool = False) -> Tuple[Tuple[int, int], _SharedEnv]:
-    """The process's environment for the file at path (opened on first use; py-lmdb allows one
-    environment per file and process, so every reader of the file shares it). fd: the caller's
-    descriptor of path, which names the file (lmdb itself opens it by path). any_readahead: an
-    environment already open with the other readahead will do (peek reads one record)."""
-    try:
-        stat = os.stat(path) if fd is None else os.fstat(fd)
-    except OSError as exc:
-        raise CorruptShardError(f"cannot open LMDB shard ({exc.strerror})", path=path) from None
-    if stat.st_size == 0:
-        raise CorruptShardError("not a readable LMDB shard (empty file)", path=path)
-    key = (stat.st_dev, stat.st_ino)
-
-    def opener() -> _SharedEnv:
-        try:
-            env = lmdb.open(fd_path(fd, path), subdir=False, readonly=True, lock=False, meminit=False, create=False,
-                            readahead=readahead, max_readers=MAX_READERS, max_dbs=0)
-        except lmdb.Error as exc:
-            if any(os.strerror(code) in str(exc) for code in OUT_OF_FILES):    # py-lmdb keeps only the text
-                raise OutOfFilesError(path) from None
-            raise CorruptShardError(f"not a readable LMDB shard ({short_message(exc, path)})", path=path) from None
-        return _SharedEnv(env, readahead)
-
-    shared = ENVIRONMENTS.acquire(key, opener)
-    if shared.readahead != readahead and not any_readahead:
-        ENVIRONMENTS.release(key, shared)
-        raise UsageError(f"already open in this process with readahead={shared.readahead}; LMDB "
-                         "allows one environment per file and process, so close the other dataset first "
-                         f"to read it with readahead={readahead}", path=path)
-    return key, shared
 
 
 class _BlockRows:
@@ -137,7 +34,7 @@ class _BlockRows:
 
     __slots__ = ("_shared", "_addresses", "_per_block", "_width", "_dtype", "_look_up")
 
-    def __init__(self, reader: "LMDBReader", shared: _SharedEnv) -> None:
+    def __init__(self, reader: "LMDBReader", shared: SharedEnv) -> None:
         self._shared = shared
         self._addresses = reader._block_addresses       # the reader's own: filled by _look_up
         self._per_block, self._width = reader._per_block, reader._width
@@ -162,8 +59,8 @@ class LMDBReader(ShardReader):
     def __init__(self, path: str, schema: SampleSchema, readahead: bool = True, fd: Optional[int] = None) -> None:
         self._path = path
         self._schema = schema
-        self._shared: Optional[_SharedEnv] = None
-        self._key, shared = _acquire(path, readahead, fd)
+        self._shared: Optional[SharedEnv] = None
+        self._key, shared = acquire(path, readahead, fd)
         # A reader dropped without close() (its dataset garbage collected) still gives its environment back.
         self._release = weakref.finalize(self, ENVIRONMENTS.release, self._key, shared)
         self._fd = fd                   # the caller's descriptor of path, used only while opening
@@ -191,7 +88,7 @@ class LMDBReader(ShardReader):
     def _corrupt(self, problem: str) -> CorruptShardError:
         return CorruptShardError(f"corrupt LMDB shard: {problem}", path=self._path)
 
-    def _check_structure(self, shared: _SharedEnv) -> Tuple[int, np.ndarray]:
+    def _check_structure(self, shared: SharedEnv) -> Tuple[int, np.ndarray]:
         try:
             info, stat = shared.env.info(), shared.env.stat()
             if os.path.getsize(fd_path(self._fd, self._path)) < (int(info["last_pgno"]) + 1) * int(stat["psize"]):
@@ -250,7 +147,7 @@ class LMDBReader(ShardReader):
             return np.frombuffer(data, dtype=dtype)
         return load
 
-    def _env(self) -> _SharedEnv:
+    def _env(self) -> SharedEnv:
         """The shard's environment; CorruptShardError once this reader is closed."""
         shared = self._shared
         if shared is None:
@@ -258,7 +155,7 @@ class LMDBReader(ShardReader):
         return shared
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[_SharedEnv]:
+    def _locked(self) -> Iterator[SharedEnv]:
         shared = self._env()
         with shared.lock:
             try:
@@ -335,7 +232,7 @@ class LMDBReader(ShardReader):
             raise CorruptShardError("reader is closed", path=self._path)
         return row
 
-    def _block_address(self, shared: _SharedEnv, block: int, index: int) -> int:
+    def _block_address(self, shared: SharedEnv, block: int, index: int) -> int:
         """Where block lies in the map, after checking that it holds its rows' bytes (held lock)."""
         rows = min(self._per_block, self._count - block * self._per_block)
         try:
@@ -410,7 +307,7 @@ def peek(path: str, schema: SampleSchema, fd: Optional[int] = None) -> Tuple[int
     """(sample count, dataset_id) from a shard's metadata record, after the truncation check (a
     page past the end of the file would kill the process when read): what verify --quick needs,
     one lookup where a reader makes five."""
-    key, shared = _acquire(path, True, fd, any_readahead=True)
+    key, shared = acquire(path, True, fd, any_readahead=True)
     try:
         with shared.lock:
             try:

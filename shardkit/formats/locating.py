@@ -9,6 +9,7 @@ from __future__ import annotations
 import mmap
 import os
 import zlib
+from dataclasses import dataclass
 from typing import Any, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -100,7 +101,8 @@ class FileRows(NamedTuple):
         return np.dtype((self.dtype, self.shape))
 
 
-class Location(NamedTuple):
+@dataclass(frozen=True)
+class Location:
     """Where a shard's fixed-shape rows, int64 labels and CRC32s lie in its file, as the format's
     own record says (ShardFormat.locate), after that record's own checks. A dataset maps the rows
     from it only once checked.CheckedShards.locate has compared its count and identity with the

@@ -18,7 +18,7 @@ from shardkit.formats import get_format
 from shardkit.formats.base import ReadaheadOptions
 from shardkit.formats import lmdb_writer as lmdb_format
 from shardkit.formats.lmdb_layout import RECORD, sample_key
-from shardkit.formats.lmdb_reader import ENVIRONMENTS
+from shardkit.formats.lmdb_env import ENVIRONMENTS
 from shardkit.records import Encoded
 from shardkit.schema import SampleSchema
 
