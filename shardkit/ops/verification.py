@@ -51,13 +51,7 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
     workers=None: workers.default_workers().
     """
     exit_if_importing_main()
-    if mode not in MODES:
-        raise UsageError(f"unknown verify mode {mode!r}; choose quick, full or deep")
-    if expect_manifest_sha256 is not None and not _is_sha256(expect_manifest_sha256):
-        raise UsageError(f"--expect-manifest-sha256 must be 64 hex digits, not {expect_manifest_sha256!r}")
-    workers = default_workers() if workers is None else workers
-    if workers < 1:
-        raise UsageError("--workers must be at least 1")
+    workers = _checked_options(mode, workers, expect_manifest_sha256)
     dst = os.fspath(dst)
     report = VerifyReport(dst=dst, mode=mode)
     try:
@@ -73,6 +67,28 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
         return report
     report.problems.extend(_extra_files(dst, manifest))
     report.problems.extend(_sample_table_problems(dst, manifest, mode))
+    for problems, samples in _check_shards(dst, manifest, mode, workers, quiet):
+        report.problems.extend(problems)
+        report.samples_checked += samples
+    report.shards_checked = len(manifest.shards)
+    return report
+
+
+def _checked_options(mode: str, workers: Optional[int], expect_manifest_sha256: Optional[str]) -> int:
+    """The number of workers, once the options are valid; UsageError otherwise."""
+    if mode not in MODES:
+        raise UsageError(f"unknown verify mode {mode!r}; choose quick, full or deep")
+    if expect_manifest_sha256 is not None and not _is_sha256(expect_manifest_sha256):
+        raise UsageError(f"--expect-manifest-sha256 must be 64 hex digits, not {expect_manifest_sha256!r}")
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise UsageError("--workers must be at least 1")
+    return workers
+
+
+def _check_shards(dst: str, manifest: Any, mode: str, workers: int, quiet: bool) -> List[Tuple[List[Problem], int]]:
+    """(problems, samples checked) of every shard, in shard order: in this process, in spawned
+    workers, or (a format whose crafted files can crash its library) in isolated child processes."""
     shards = len(manifest.shards)
     batches = _batches(shards, workers)
     outcomes: List[List[Tuple[List[Problem], int]]] = [[] for _ in batches]
@@ -103,12 +119,7 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
                 run_in_workers(_check_batch_in_worker, [batches[n] for n in rest], workers,
                                on_done=lambda n, outcome: done(rest[n], outcome), initializer=_set_worker_job,
                                initargs=(dst, manifest, mode))
-    for batch_outcomes in outcomes:
-        for problems, samples in batch_outcomes:
-            report.problems.extend(problems)
-            report.samples_checked += samples
-    report.shards_checked = shards
-    return report
+    return [one for batch in outcomes for one in batch]
 
 
 #: About what starting verify's workers costs, in seconds (each is spawned and imports shardkit and
