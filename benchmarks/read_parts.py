@@ -8,9 +8,9 @@ format, opens every shard once, then times the same uniform random order through
   ds[i], shard tables   decode=None with labels and CRC32s from each shard's own tables (the path of
                  a dataset without a sample table)
   locate         global index -> (shard, row)
+  locate+row     the same and the row from the dataset's cache (the row arena, rows located in their files)
   locate+reader  the same and the shard's ready reader
   reader.read    the reader's read(row) alone (shard and row found beforehand)
-  rows view      only the reader's fixed-shape row view, rows[row]
   label item     only one per-shard table lookup, labels.item(row)
   global label   the same lookup in one table for the whole dataset (a baseline: no shardkit code
                  reads it)
@@ -45,20 +45,19 @@ def rate(action: Callable[[Any], Any], items: List[Any]) -> float:
 def parts(ds: Any, decoded: Any, untabled: Any, order: List[int]) -> Dict[str, float]:
     """Reads per second of each part of the read path over order (untabled: the same dataset read
     without its sample table)."""
-    located = [ds._locate(index) for index in order]
-    pairs = [(ds.reader(shard), row) for shard, row in located]
+    cache = ds.shard_cache
+    located = [ds.locate(index) for index in order]
+    pairs = [(cache.reader(shard), row) for shard, row in located]
     shards = len(ds.shard_starts) - 1
-    table = np.concatenate([ds.reader(shard).labels() for shard in range(shards)])
-    out = {"ds[i]": rate(ds.__getitem__, order), "ds[i], decoded": rate(decoded.__getitem__, order),
-           "ds[i], shard tables": rate(untabled.__getitem__, order),
-           "locate": rate(ds._locate, order),
-           "locate+reader": rate(lambda index: ds.reader(ds._locate(index)[0]), order),
-           "reader.read": rate(lambda pair: pair[0].read(pair[1]), pairs),
-           "label item": rate(lambda pair: pair[0].labels().item(pair[1]), pairs),
-           "global label": rate(table.item, order)}
-    if getattr(pairs[0][0], "_rows", None) is not None:
-        out["rows view"] = rate(lambda pair: pair[0]._rows[pair[1]], pairs)
-    return out
+    table = np.concatenate([cache.reader(shard).labels() for shard in range(shards)])
+    return {"ds[i]": rate(ds.__getitem__, order), "ds[i], decoded": rate(decoded.__getitem__, order),
+            "ds[i], shard tables": rate(untabled.__getitem__, order),
+            "locate": rate(ds.locate, order),
+            "locate+row": rate(lambda index: cache.row(*ds.locate(index)), order),
+            "locate+reader": rate(lambda index: cache.reader(ds.locate(index)[0]), order),
+            "reader.read": rate(lambda pair: pair[0].read(pair[1]), pairs),
+            "label item": rate(lambda pair: pair[0].labels().item(pair[1]), pairs),
+            "global label": rate(table.item, order)}
 
 
 def main() -> None:
@@ -86,9 +85,8 @@ def main() -> None:
         manifest.sample_table = None
         untabled = type(ds)(dst, decode=None, _manifest=manifest)
         decoded = shardkit.open_dataset(dst)
-        for shard in range(len(ds.shard_starts) - 1):
-            for each in (ds, decoded, untabled):
-                each.reader(shard)
+        for each in (ds, decoded, untabled):
+            each.open_shards()
         datasets[count] = ds, decoded, untabled
     rng = np.random.default_rng(0)
     rates: Dict[str, Dict[int, List[float]]] = {}

@@ -109,9 +109,17 @@ class ShardStream(torch.utils.data.IterableDataset):
             if position >= skip:
                 yield self.dataset.finish(encoded, index)
 
+    def _checked(self, segments: List[Segment]) -> Iterator[Segment]:
+        """The segments, each once the dataset has looked for shard files changed under it (a run of
+        one shard is read like a batch: read/watch.py)."""
+        for segment in segments:
+            self.dataset.shard_cache.check_files()
+            yield segment
+
     def _shuffled(self, segments: List[Segment], rng: np.random.Generator) -> Iterator[Tuple[int, Any]]:
         """(index, stored record) read shard by shard, through the shuffle buffer."""
-        records = ((index, self.dataset.read_encoded(index)) for a, b in segments for index in range(a, b))
+        records = ((index, self.dataset.read_encoded(index)) for a, b in self._checked(segments)
+                   for index in range(a, b))
         if not self.shuffle or self.shuffle_buffer == 1:
             yield from records
             return

@@ -33,8 +33,11 @@ with shardkit.open_dataset(dst, decode=None) as ds:
     everything = list(range(len(ds)))
     first = ds.__getitems__(everything)         # every shard open and mapped here, and in the worker
     epoch = list(loader)
+    stream = shardkit.ShardStream(dst, decode=None, shuffle=False)
+    list(stream)
     os.truncate(shard, os.path.getsize(shard) // 2)
-    for name, read in (("main", lambda: ds.__getitems__(everything)), ("worker", lambda: list(loader))):
+    for name, read in (("main", lambda: ds.__getitems__(everything)), ("worker", lambda: list(loader)),
+                       ("stream", lambda: list(stream))):
         try:
             read()
             print(name, "read")
@@ -51,7 +54,8 @@ def test_a_shard_truncated_while_open_is_named_not_a_dead_process(request: pytes
     out = subprocess.run([sys.executable, "-c", TRUNCATE, str(dst), str(shard)], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
-    assert out.stdout.split("\n")[:2] == ["main refused True", "worker refused True"], out.stdout
+    assert out.stdout.split("\n")[:3] == ["main refused True", "worker refused True", "stream refused True"], \
+        out.stdout
 
 
 def test_a_shard_replaced_by_rename_is_opened_again(rows_dataset: Path, tmp_path: Path, fmt: str) -> None:
