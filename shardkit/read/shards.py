@@ -118,10 +118,9 @@ class ShardRecords:
         """read_encoded for an index already checked by sample_index (the per-sample path)."""
         shard, local = self._locate(index)
         cache = self.shard_cache
-        payload = cache.row(shard, local)
-        if payload is not None:     # located rows: label and CRC32 from the sample table
-            table = cache.table
-            encoded = Encoded(payload, table.labels.item(index), table.crcs.item(index))    # type: ignore
+        payload, table = cache.row(shard, local), cache.table
+        if payload is not None and table is not None:     # located rows: label and CRC32 from the sample table
+            encoded = Encoded(payload, table.labels.item(index), table.crcs.item(index))
             return self._checks.check(encoded, shard, local, index) if self.verify_checksums else encoded
         with cache:
             return self._checks.read(cache.reader(shard), shard, local, index, cache.table)
