@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 from .codecs.validate import DEFAULT_VALIDATE
 from .errors import UnknownOptionError, UsageError
@@ -213,11 +213,15 @@ class TabularOptions(SourceOptions):
     max_inflation: Optional[float] = option("--max-inflation")
     columns: Optional[Sequence[str]] = option("--columns")
     text_columns: Optional[Sequence[str]] = option("--text-columns")
+    drop_columns: Optional[Union[str, Sequence[str]]] = option("--drop-columns")   # a list, or "a,b"
     schema_file: Optional[str] = option("--schema")
 
     def check(self) -> None:
         if self.no_labels and self.label_column:
             raise UsageError("--label-column and --no-labels contradict each other")
+        if given(self.columns) and given(self.drop_columns):
+            raise UsageError("--columns keeps the columns it names and --drop-columns keeps all others; "
+                             "give one of them")
 
 
 @dataclass(frozen=True)

@@ -52,14 +52,19 @@ class Encoded:
 
 
 class KeyRun(Sequence[str]):
-    """The keys of consecutive rows of one file, `prefix` + row number for rows first, first + 1,
-    ...: key i is `prefix + str(first + i)`, for i < length, kept as those three values, not a
-    string per row (formats pack such runs without making the strings)."""
+    """The keys of rows of one file, `prefix` + a number per row: first, first + 1, ... for i <
+    length (kept as those three values), or the given increasing numbers (the lines of rows that
+    span several lines); never a string per row (formats pack such runs without making the strings)."""
 
-    def __init__(self, prefix: str, first: int, length: int) -> None:
+    def __init__(self, prefix: str, first: int, length: int, numbers: Optional[np.ndarray] = None) -> None:
+        if numbers is not None:
+            numbers = np.asarray(numbers, dtype=np.int64).reshape(-1)
+            first, length = (int(numbers[0]) if len(numbers) else 0), len(numbers)
+            if len(numbers) and (int(numbers.min()) < 0 or np.any(np.diff(numbers) <= 0)):
+                raise ValueError("the numbers of a run of keys are >= 0 and increasing")
         if first < 0 or length < 0:
             raise ValueError(f"a run of keys starts at a row >= 0 and holds >= 0 keys, not {first} and {length}")
-        self.prefix, self.first, self.length = prefix, first, length
+        self.prefix, self.first, self.length, self.numbers = prefix, first, length, numbers
 
     def __len__(self) -> int:
         return self.length
@@ -75,14 +80,31 @@ class KeyRun(Sequence[str]):
             start, stop, step = index.indices(self.length)
             if step != 1:
                 raise ValueError("a run of keys is sliced with step 1 only")
+            if self.numbers is not None:
+                return KeyRun(self.prefix, 0, 0, self.numbers[start:stop])
             return KeyRun(self.prefix, self.first + start, max(0, stop - start))
         if not -self.length <= index < self.length:
             raise IndexError(f"key {index} of a run of {self.length}")
-        return f"{self.prefix}{self.first + index % self.length}"
+        return f"{self.prefix}{self.number(index % self.length)}"
+
+    def number(self, index: int) -> int:
+        """The number in key `index` (0 <= index < length)."""
+        return self.first + index if self.numbers is None else int(self.numbers[index])
+
+    def number_array(self) -> np.ndarray:
+        """Every key's number, in order (uint64)."""
+        if self.numbers is None:
+            return np.arange(self.first, self.first + self.length, dtype=np.uint64)
+        return self.numbers.astype(np.uint64)
+
+    def end(self) -> int:
+        """One more than the largest number (first when empty)."""
+        return self.number(self.length - 1) + 1 if self.length else self.first
 
     def __iter__(self) -> Iterator[str]:
         prefix = self.prefix
-        return (f"{prefix}{row}" for row in range(self.first, self.first + self.length))
+        numbers = range(self.first, self.first + self.length) if self.numbers is None else self.numbers.tolist()
+        return (f"{prefix}{number}" for number in numbers)
 
 
 class EncodedRows(Sequence[Encoded]):

@@ -49,6 +49,7 @@ from .output import echo_json
               help="Compressed tables: inflate to at most N times the file's size [default: 200; 0: no limit].")
 @click.option("--columns", default=None, help="CSV: comma-separated columns to keep.")
 @click.option("--text-columns", default=None, help="CSV: comma-separated columns kept as UTF-8 text.")
+@click.option("--drop-columns", default=None, help="Tables: comma-separated columns to leave out (the rest are kept).")
 @click.option("--schema", "schema_file", type=click.Path(), default=None, help="CSV: JSON schema overriding inference.")
 @click.option("--readahead/--no-readahead", default=None, help="LMDB/HDF5 readers: OS readahead (default by size).")
 @click.option("--order", type=click.Choice(["shuffled", "source"]), default=None,

@@ -48,9 +48,10 @@ RUN_ROWS_END = 10 ** 19
 
 def run_bytes(run: KeyRun) -> Tuple[np.ndarray, bytes]:
     """(byte length of each key, the keys' bytes back to back) of a run of row keys, as key_bytes
-    gives them: the prefix's bytes, then the row number's ASCII digits, built for all rows at once."""
+    gives them: the prefix's bytes, then the row's (increasing) number in ASCII digits, built for
+    all rows at once."""
     prefix = np.frombuffer(key_bytes(run.prefix), dtype=np.uint8)
-    rows = np.arange(run.first, run.first + run.length, dtype=np.uint64)
+    rows = run.number_array()
     lengths = np.empty(run.length, dtype=np.int64)
     pieces, start = [], 0
     for digits, stop in enumerate(np.searchsorted(rows, _POWERS).tolist() + [run.length], start=1):
@@ -96,7 +97,7 @@ class KeyPacker:
 
     def extend(self, keys: Optional[Sequence[Optional[str]]], count: int) -> None:
         """Keys of the next `count` samples (None: all unknown); a KeyRun without a string per key."""
-        if isinstance(keys, KeyRun) and keys.first + keys.length <= RUN_ROWS_END:
+        if isinstance(keys, KeyRun) and keys.end() <= RUN_ROWS_END:
             lengths, data = run_bytes(keys)
         else:
             encoded = [b""] * count if keys is None else _encoded(keys)

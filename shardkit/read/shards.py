@@ -104,7 +104,7 @@ class ShardRecords:
         return self.shard_cache.prepare()
 
     def key(self, index: Any) -> Optional[str]:
-        """The source key of a sample: its path relative to SRC (image trees), "file:row" (table
+        """The source key of a sample: its path relative to SRC (image trees), "file:line" (table
         rows); None for a dataset written before keys were stored (format version 1)."""
         shard, local = self.locate(index)
         with self.shard_cache as cache:

@@ -49,7 +49,7 @@ FIELDS = ["1.5", "-2", "", "NA", '"NA"', '"3"', " 4", "5 ", "nan", "-nan", "NaN"
 
 def _as_strings(text_blocks):
     """readers._text_blocks reading every field as a string (no number column parsed by Arrow)."""
-    return lambda item, fields, delimiter, numeric: text_blocks(item, fields, delimiter, ())
+    return lambda item, fields, delimiter, numeric, *rest: text_blocks(item, fields, delimiter, (), *rest)
 
 
 def _stored(tmp_path, src, name) -> tuple:

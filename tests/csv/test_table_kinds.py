@@ -111,7 +111,8 @@ def test_every_kind_gives_the_same_samples(tmp_path: Path) -> None:
         ds = shardkit.open_dataset(str(dst), decode=None)
         stored = [ds.read_encoded(index) for index in range(len(ds))]
         digests.add(tuple((np.asarray(one.payload).tobytes(), one.label, one.crc32) for one in stored))
-        assert ds.key(0).endswith(":1")
+        first_line = 2 if ".csv" in kind or ".tsv" in kind else 1     # after the header; other kinds have none
+        assert ds.key(0).endswith(f":{first_line}")
         assert [column["type"] for column in manifest["schema"]["columns"]] == ["float", "int", "category"]
     assert len(digests) == 1
 

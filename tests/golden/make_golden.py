@@ -110,8 +110,8 @@ def main() -> None:
                      "key": rel} for rel in ordered]
         table = Path(tmp) / "rows.csv"
         table.write_text("a,b,kind\n" + "".join(f"{a},{b},{kind}\n" for a, b, kind in ROWS))
-        expected_rows = [{"values": [a, b], "class": kind, "key": f"rows.csv:{line}"}  # data rows from 1
-                         for line, (a, b, kind) in enumerate(ROWS, start=1)]
+        expected_rows = [{"values": [a, b], "class": kind, "key": f"rows.csv:{line}"}  # the header is line 1
+                         for line, (a, b, kind) in enumerate(ROWS, start=2)]
         for name in format_names():
             fmt = get_format(name)
             dst = golden_dir(name, fmt.version)

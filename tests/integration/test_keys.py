@@ -82,9 +82,9 @@ def _write_table(path: Path, rows: int, text: bool = False) -> list:
 
 
 @pytest.mark.parametrize("text", [False, True], ids=["numeric", "text-columns"])
-def test_csv_rows_are_keyed_by_file_and_row(tmp_path: Path, fmt: str, text: bool) -> None:
-    """A table row's key is its file and its number among the file's data rows (1-based), which
-    differs from its line where a quoted newline makes an earlier row take two lines."""
+def test_csv_rows_are_keyed_by_file_and_line(tmp_path: Path, fmt: str, text: bool) -> None:
+    """A table row's key is its file and the line its first line is on (the header is line 1), which
+    differs from its number among the rows where a quoted newline makes an earlier row take two lines."""
     src = tmp_path / "tables"
     (src / "sub").mkdir(parents=True)
     first = _write_table(src / "a.csv", 2500, text)          # more than two key blocks of 1024
@@ -92,15 +92,14 @@ def test_csv_rows_are_keyed_by_file_and_row(tmp_path: Path, fmt: str, text: bool
     dst = tmp_path / "out"
     shardkit.convert(str(src), str(dst), format=fmt, label_column="kind", samples_per_shard=1500, quiet=True)
     assert first[-1] > len(first) + 1 if text else first[-1] == len(first) + 1    # lines and rows differ
-    expected = ([f"a.csv:{row}" for row in range(1, len(first) + 1)]
-                + [f"sub/b.csv:{row}" for row in range(1, len(second) + 1)])
+    expected = [f"a.csv:{line}" for line in first] + [f"sub/b.csv:{line}" for line in second]
     assert _keys(dst) == expected
     ds = shardkit.open_dataset(dst, decode=None, as_dict=True, return_key=True)
     row = ds[2501]
     assert row["__key__"] == expected[2501] and float(row["x"]) == 1.0
     single = tmp_path / "single"
     shardkit.convert(str(src / "a.csv"), str(single), format=fmt, label_column="kind", quiet=True)
-    assert _keys(single)[:3] == ["a.csv:1", "a.csv:2", "a.csv:3"]
+    assert _keys(single)[:3] == [f"a.csv:{line}" for line in first[:3]]
 
 
 def test_keys_batch_through_a_dataloader(dataset_dir: Path) -> None:

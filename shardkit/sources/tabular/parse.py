@@ -20,7 +20,9 @@ import numpy as np
 from ...codecs.tabular import Column, LabelSpec, TabularCodec
 from .encode import OpenCodes, RowEncoder
 from .files import TableFile
-from .readers import LineTracker, read_blocks
+from .lines import LineTracker, record_lines
+from .readers import LineCount, read_blocks
+from .row_index import PartOffsets, RowIndexCheck, row_index_columns
 from .spill import Spill, remove_spills
 from .split import split_file
 from .types import MAX_CATEGORIES, too_many_categories
@@ -35,6 +37,8 @@ class ParsedFile:
     rows: int
     spill: Spill
     codes: Dict[str, OpenCodes]
+    row_offsets: Dict[int, Optional[float]]     # RowIndexCheck: the columns that number its rows
+    good_rows: int
 
 
 @dataclass
@@ -46,6 +50,7 @@ class ParsedTable:
     parts: List[TableFile]          # the files, large text files split in parts; rows and first_row set
     spills: List[Spill]
     ranks: List[Dict[str, np.ndarray]]
+    row_indices: Dict[str, Tuple[int, bool]]    # row_index_columns, by column name
 
 
 Notes = Dict[int, Tuple[int, str]]
@@ -187,16 +192,19 @@ def parse_file(job: Tuple[TableFile, Sequence[Column], str, Optional[LabelSpec],
     spill = Spill(dtype, len(codec.features), bool(codec.texts), owner=owner, tag=tag, directory=directory)
     fields = item.indices + ([item.label_index] if item.label_index is not None else [])
     records = _Records(item, delimiter)
+    index_check = RowIndexCheck(_numeric_slots(codec))
+    line_ends = LineCount()
     rows = 0
     try:
         kinds = _kinds(codec)
         categories = [position for position, kind in enumerate(kinds) if kind == "category"]
         numeric = [position for position, kind in enumerate(kinds) if kind in ("float", "int")] \
             if item.decimal is None else []
-        for block in read_blocks(item, fields, delimiter, categories=categories, numeric=numeric):
+        for block in read_blocks(item, fields, delimiter, categories=categories, numeric=numeric, lines=line_ends):
             records.pending.extend(block.invalid)
             matrix, labels, tails, notes = block_rows(codec, item, block.arrays, rows, records)
             spill.append(matrix, labels, tails, notes)
+            index_check.add(matrix, notes, rows)
             rows += len(matrix)
             for name, codes in codec.open_codes().items():
                 if len(codes.names) > MAX_CATEGORIES:
@@ -206,6 +214,8 @@ def parse_file(job: Tuple[TableFile, Sequence[Column], str, Optional[LabelSpec],
             spill.append(np.zeros((len(placed), len(codec.features)), dtype=dtype), None,
                          [b""] * len(placed) if codec.texts else None, notes)
             rows += len(placed)
+        if item.kind in ("text", "json") and not line_ends.one_per_line(rows, lone_cr_ends=item.kind == "text"):
+            spill.set_lines(record_lines(item, delimiter, rows))
         spill.finish()
     except BaseException:
         spill.discard()
@@ -213,7 +223,12 @@ def parse_file(job: Tuple[TableFile, Sequence[Column], str, Optional[LabelSpec],
     finally:
         records.close()
     advance(part_bytes(item), part_bytes(item))
-    return ParsedFile(rows, spill, codec.open_codes())
+    return ParsedFile(rows, spill, codec.open_codes(), index_check.offsets, index_check.rows)
+
+
+def _numeric_slots(codec: TabularCodec) -> List[int]:
+    """The positions of the number columns among the features."""
+    return [slot for slot, column in enumerate(codec.features) if column.type in ("float", "int")]
 
 
 def parse_files(files: List[TableFile], codec: TabularCodec, delimiter: str, workers: int, quiet: bool,
@@ -247,7 +262,9 @@ def parse_files(files: List[TableFile], codec: TabularCodec, delimiter: str, wor
         for item in files:
             mine = [part for part in parts if part.path == item.path]
             item.rows, item.first_row = sum(part.rows for part in mine), mine[0].first_row
-        return _merge(codec, parts, results, where)
+        table = _merge(codec, parts, results, where)
+        table.row_indices = _row_indices(codec, files, parts, results)
+        return table
     except BaseException:
         remove_spills(owner, tag, directory)      # also those of files whose worker was stopped
         raise
@@ -275,7 +292,18 @@ def _merge(codec: TabularCodec, parts: List[TableFile], results: List[ParsedFile
     label = codec.label
     if label is not None and label.name in vocabularies:
         label = LabelSpec(label.name, "class", tuple(vocabularies[label.name]))
-    return ParsedTable(TabularCodec(columns, codec.dtype, label), parts, [result.spill for result in results], ranks)
+    return ParsedTable(TabularCodec(columns, codec.dtype, label), parts, [result.spill for result in results], ranks,
+                       {})
+
+
+def _row_indices(codec: TabularCodec, files: List[TableFile], parts: List[TableFile],
+                 results: List[ParsedFile]) -> Dict[str, Tuple[int, bool]]:
+    """The number columns that only number the rows (row_index.py), by name."""
+    starts = {item.path: item.first_row for item in files}
+    offsets = [PartOffsets(part.first_row - starts[part.path], part.first_row, result.good_rows, result.row_offsets)
+               for part, result in zip(parts, results)]
+    found = row_index_columns(offsets, _numeric_slots(codec))
+    return {codec.features[slot].name: value for slot, value in found.items()}
 
 
 __all__ = ["ParsedFile", "ParsedTable", "block_rows", "parse_file", "parse_files"]

@@ -8,13 +8,12 @@ through pyarrow.json's streaming reader, Parquet in batches of its row groups, A
 record batch by record batch; their values keep their stored types.
 
 Arrow does not say on which line a row starts, nor where among the rows an invalid one was (it
-reads ahead): LineTracker finds both with Python's csv module, reading the file a second time,
-and only in files that have a bad row.
+reads ahead). The streams Arrow reads count their line ends (LineCount): a file whose every record
+is one line needs nothing more; lines.py finds the lines of the others, and of files with a bad
+row, reading them a second time.
 """
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
@@ -52,21 +51,21 @@ def _arrow_errors() -> Tuple[type, ...]:
 
 
 def read_blocks(item: TableFile, fields: List[int], delimiter: str, batch_rows: Optional[int] = None,
-                categories: Sequence[int] = (), numeric: Sequence[int] = ()) -> Iterator[Block]:
+                categories: Sequence[int] = (), numeric: Sequence[int] = (),
+                lines: Optional["LineCount"] = None) -> Iterator[Block]:
     """The blocks of one file, with the arrays of `fields` (indices into the header), in file order;
     a Parquet file's of at most `batch_rows` rows (BATCH_ROWS; the sample asks for the few rows it reads).
     categories: the positions among `fields` of category columns, which typed files hand over as
     dictionary arrays where they store them so (Parquet's dictionary pages: no string per row);
     numeric: those of number columns, which text files hand over as float64 arrays while Arrow
-    reads every one of their fields as a number (no string per field; _text_blocks explains)."""
+    reads every one of their fields as a number (no string per field; _text_blocks explains);
+    lines: given, it holds the line ends of the (text or JSON) file once every block was read."""
     errors = _arrow_errors()
     try:
         if item.kind == "text":
-            yield from _text_blocks(item, fields, delimiter, numeric)
+            yield from _text_blocks(item, fields, delimiter, numeric, lines)
         else:
-            names = [item.head.header[index] for index in fields]
-            dictionary = [names[position] for position in categories]
-            for batch in _typed_batches(item, names, batch_rows or BATCH_ROWS, dictionary):
+            for batch in _typed_batches(item, fields, batch_rows or BATCH_ROWS, categories, lines):
                 yield Block([batch.column(position) if position in categories else _plain(batch.column(position))
                              for position in range(len(fields))])
     except SourceError:
@@ -100,21 +99,22 @@ def _skip_to(handle: Any, offset: int, path: str) -> None:
         offset -= len(data)
 
 
-def _text_blocks(item: TableFile, fields: List[int], delimiter: str, numeric: Sequence[int]) -> Iterator[Block]:
+def _text_blocks(item: TableFile, fields: List[int], delimiter: str, numeric: Sequence[int],
+                 lines: Optional["LineCount"]) -> Iterator[Block]:
     """The blocks of a text file; the fields at the positions `numeric` parsed by Arrow as numbers
     (float64, missing spellings null) while every one of them reads so, all as strings from the
     first block that does not (the blocks before it are not handed over twice)."""
     handed = rows = 0
     if numeric:
         try:
-            for block in _csv_blocks(item, fields, delimiter, numeric):
+            for block in _csv_blocks(item, fields, delimiter, numeric, lines):
                 yield block
                 handed, rows = handed + 1, rows + len(block)
             return
         except _NotAllNumbers:
             pass
     passed = 0
-    for index, block in enumerate(_csv_blocks(item, fields, delimiter, ())):
+    for index, block in enumerate(_csv_blocks(item, fields, delimiter, (), lines)):
         if index < handed:
             passed += len(block)
             continue
@@ -136,7 +136,8 @@ def _holds_nan(array: Any) -> bool:
     return bool(pc.any(pc.is_nan(array)).as_py())
 
 
-def _csv_blocks(item: TableFile, fields: List[int], delimiter: str, numeric: Sequence[int]) -> Iterator[Block]:
+def _csv_blocks(item: TableFile, fields: List[int], delimiter: str, numeric: Sequence[int],
+                lines: Optional["LineCount"] = None) -> Iterator[Block]:
     import pyarrow as pa
     head = item.head
     names = [f"f{index}" for index in range(len(head.header))]
@@ -147,7 +148,7 @@ def _csv_blocks(item: TableFile, fields: List[int], delimiter: str, numeric: Seq
         invalid.append((row.actual_columns, row.text))
         return "skip"
     with open_rows(item) as handle:
-        stream, reader = NoTrailingCR(handle), None
+        stream, reader = NoTrailingCR(handle, LineCount()), None
         try:
             reader = _open_csv(stream, names, wanted, delimiter, on_invalid, [wanted[position] for position in numeric])
             for batch in reader:
@@ -158,12 +159,16 @@ def _csv_blocks(item: TableFile, fields: List[int], delimiter: str, numeric: Seq
                 yield Block(arrays, found)
         except pa.ArrowInvalid as exc:
             if "Empty CSV file" in str(exc):      # nothing after the header
+                if lines is not None:
+                    lines.take(stream.count)
                 return
             if numeric:
                 raise _NotAllNumbers() from None
             raise
         finally:
             _stop_reading(reader, stream)
+        if lines is not None:
+            lines.take(stream.count)
         if invalid:
             yield Block([pa.array([], pa.string()) for _ in wanted], invalid)
 
@@ -183,6 +188,54 @@ def _stop_reading(reader: Any, stream: "NoTrailingCR") -> None:
         pass
 
 
+class LineCount:
+    """The line ends of the bytes read from a stream: LF, CR and CR LF (a CR LF is never split
+    between two reads: NoTrailingCR holds a trailing CR back), and whether the bytes end with one."""
+
+    def __init__(self) -> None:
+        self.newlines = self.crs = self.crlfs = 0
+        self.ends_line = True
+
+    def add(self, data: bytes) -> None:
+        """Count the line ends of the next bytes read."""
+        if data:
+            self.newlines += data.count(b"\n")
+            self.crs += data.count(b"\r")
+            self.crlfs += data.count(b"\r\n")
+            self.ends_line = data.endswith((b"\n", b"\r"))
+
+    def take(self, other: "LineCount") -> None:
+        """Hold what another count found (the stream that was read to its end)."""
+        self.newlines, self.crs, self.crlfs, self.ends_line = other.newlines, other.crs, other.crlfs, other.ends_line
+
+    def one_per_line(self, records: int, lone_cr_ends: bool = True) -> bool:
+        """Whether `records` records (blank lines are none) fill these bytes one line each, so that
+        record i starts on the i-th line: as many line ends as records (the last may have none).
+        lone_cr_ends: a CR alone ends a line (delimited text, read with Python's csv module)."""
+        if lone_cr_ends and self.crs != self.crlfs:
+            return False
+        return self.newlines == records or (self.newlines == records - 1 and not self.ends_line)
+
+
+class _Counted:
+    """A byte stream whose reads are counted into a LineCount (JSON Lines)."""
+
+    def __init__(self, handle: Any, count: "LineCount") -> None:
+        self._handle, self.count, self.closed = handle, count, False
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._handle.read(size)
+        self.count.add(data)
+        return data  # type: ignore[no-any-return]
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+        self._handle.close()
+
+
 class NoTrailingCR:
     """A byte stream whose reads never end with a CR while more bytes follow.
 
@@ -191,8 +244,9 @@ class NoTrailingCR:
     Holding trailing CRs back for the next read keeps a CR LF pair in one block.
     """
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, count: Optional["LineCount"] = None) -> None:
         self._handle = handle
+        self.count = count if count is not None else LineCount()
         self._held = b""
         self.closed = False
         #: True once its reader is being stopped: every read is then the end of the stream.
@@ -206,7 +260,9 @@ class NoTrailingCR:
         data = self._held + (self._handle.read(wanted) if wanted != 0 else b"")
         body = data.rstrip(b"\r")
         self._held = data[len(body):] if body else b""
-        return body if body else data
+        given = body if body else data
+        self.count.add(given)
+        return given
 
     def readable(self) -> bool:
         """Always: a stream to read."""
@@ -234,18 +290,28 @@ def _open_csv(handle: Any, names: List[str], wanted: List[str], delimiter: str, 
                                             check_utf8=False))
 
 
-def _typed_batches(item: TableFile, names: List[str], batch_rows: int, dictionary: List[str]) -> Iterator[Any]:
+def _typed_batches(item: TableFile, fields: List[int], batch_rows: int, categories: Sequence[int],
+                   lines: Optional[LineCount] = None) -> Iterator[Any]:
+    """Record batches of the columns `fields` (indices into the file's own columns: the header shown
+    names an unnamed column column_<i>, which the file does not), those at the positions
+    `categories` dictionary-encoded where the file stores them so."""
     if item.kind == "parquet":
         import pyarrow.parquet as pq
+        names = pq.read_schema(item.path).names
+        columns = [names[index] for index in fields]
+        dictionary = [columns[position] for position in categories]
         with pq.ParquetFile(item.path, read_dictionary=dictionary or None) as parquet:
             first, last = item.groups or (0, parquet.num_row_groups)
             if first < last:    # batches of batch_rows, not whole row groups: memory, and a sample reads one
                 yield from parquet.iter_batches(batch_size=batch_rows, row_groups=list(range(first, last)),
-                                                columns=names, use_threads=False)
+                                                columns=columns, use_threads=False)
         return
     with open_stream(item.path, item.max_inflation) as handle:
-        for batch in open_typed(item.kind, handle, item.path):
-            yield batch.select(names)
+        stream = _Counted(handle, LineCount()) if item.kind == "json" else handle
+        for batch in open_typed(item.kind, stream, item.path):
+            yield batch.select(fields)
+        if lines is not None and isinstance(stream, _Counted):
+            lines.take(stream.count)
 
 
 def open_typed(kind: str, handle: Any, path: str) -> Any:
@@ -287,39 +353,4 @@ def typed_head(path: str, kind: str) -> Tuple[Head, List[Any]]:
     return Head(list(schema.names), 1, 0, 1, ""), types
 
 
-class LineTracker:
-    """The line where each record of a text file starts, in order, counted by Python's csv module
-    (which splits records as Arrow does: quoted newlines, LF, CRLF and CR line ends, blank lines
-    left out)."""
-
-    def __init__(self, item: TableFile, delimiter: str) -> None:
-        self._handle = open_rows(item)
-        text = io.TextIOWrapper(self._handle, encoding="utf-8", errors="surrogateescape", newline="")  # type: ignore
-        self._reader = csv.reader(text, delimiter=delimiter, strict=False)
-        self._base = item.head.data_line
-
-    def skip(self, count: int) -> None:
-        """Pass over the next `count` records."""
-        for _ in range(count):
-            if self.record() is None:
-                return
-
-    def record(self) -> Optional[Tuple[int, int]]:
-        """(start line, number of fields; -1 if unreadable) of the next record, None at the end."""
-        while True:
-            before = self._reader.line_num
-            try:
-                row: Optional[List[str]] = next(self._reader)
-            except StopIteration:
-                return None
-            except csv.Error:
-                row = None
-            if row != []:
-                return self._base + before, -1 if row is None else len(row)
-
-    def close(self) -> None:
-        """Close the file."""
-        self._handle.close()
-
-
-__all__ = ["BATCH_ROWS", "BLOCK_BYTES", "Block", "LineTracker", "read_blocks", "typed_head"]
+__all__ = ["BATCH_ROWS", "BLOCK_BYTES", "Block", "LineCount", "open_rows", "read_blocks", "typed_head"]

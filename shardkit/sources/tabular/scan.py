@@ -3,7 +3,7 @@ the first rows to infer the column types."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ...codecs.tabular import LabelSpec
 from ...errors import EmptySourceError, SourceError, UsageError
@@ -73,7 +73,7 @@ def select(files: List[TableFile], options: TabularOptions, label_name: Optional
                 raise SourceError(f"header differs from {first.name} ({_difference(first, item)}); "
                                   "pick the columns they share with --columns, or convert them separately",
                                   path=item.name)
-        chosen = list(first.head.header)
+        chosen = _without(list(first.head.header), column_names(options.drop_columns), label_name, first.name)
     if len(set(chosen)) != len(chosen):
         raise UsageError("--columns names a column twice")
     stored = [name for name in chosen if name != label_name]
@@ -99,6 +99,24 @@ def select(files: List[TableFile], options: TabularOptions, label_name: Optional
         item.indices = [position[name] for name in stored]
         item.label_index = position[label_name] if label_name else None
     return stored, text_columns
+
+
+def column_names(value: Union[None, str, Sequence[str]]) -> List[str]:
+    """Column names given as a list, or as one comma-separated string ("a,b")."""
+    if value is None:
+        return []
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    return [name.strip() for name in parts if name.strip()]
+
+
+def _without(header: List[str], dropped: List[str], label_name: Optional[str], where: str) -> List[str]:
+    """The header's columns less those --drop-columns names (each must be a column, not the label)."""
+    for name in dropped:
+        if name == label_name:
+            raise UsageError(f"--drop-columns: {name!r} is the label column")
+        if name not in header:
+            raise UsageError(f"--drop-columns: no column {name!r} (columns: {_listing(header)})", path=where)
+    return [name for name in header if name not in dropped]
 
 
 def _difference(first: TableFile, other: TableFile) -> str:

@@ -50,9 +50,6 @@ class TabularSource(Source):
         self.total_rows = sum(item.rows for item in files)
         self.parts = parsed.parts
         self._first_rows = [part.first_row for part in self.parts]
-        self._file_first_row: Dict[str, int] = {}
-        for part in self.parts:                          # parts are in row order: a file's first part first
-            self._file_first_row.setdefault(part.path, part.first_row)
         per_row = {item.path: item.size // max(1, item.rows) for item in files}
         self._per_row = [per_row[part.path] for part in self.parts]
         self._summary = summary
@@ -116,25 +113,16 @@ class TabularSource(Source):
             position = {name: index for index, name in enumerate(item.head.header)}
             item.indices = [position[column.name] for column in codec.columns]
         parsed = parse_files(files, codec, delimiter, run.workers, run.quiet, src)
-        codec = parsed.codec
-        total = sum(item.rows for item in files)
-        if total == 0:
-            for spill in parsed.spills:
-                spill.remove()
-            first = files[0]
-            if len(files) == 1:
-                raise EmptySourceError("header only, no data rows", path=first.name, line=first.head.header_line)
-            raise EmptySourceError(f"the {len(files)} files hold no data rows (header only)", path=src)
-        columns = codec.columns
-        summary = {"csv_files": found, "files_read": len(files), "files_skipped": len(skipped),
-                   "files_without_rows": sum(1 for item in files if item.rows == 0), "rows": total,
-                   "file_bytes": sum(item.size for item in files), "sample_rows": sampled,
-                   "column_types": describe_columns(columns), "delimiter": delimiter}
+        _refuse_empty(files, parsed, src)
+        where = first.name if len(files) == 1 else src
+        warnings += [row_index_warning(where, name, start, per_file) for name, (start, per_file)
+                     in parsed.row_indices.items()]
+        summary = _scan_summary(files, skipped, found, sampled, parsed.codec, delimiter)
         if decimal is not None:
             summary["decimal"] = decimal
         if warnings:
             summary["warnings"] = warnings
-        return cls(files, codec, delimiter, summary, skipped, parsed)
+        return cls(files, parsed.codec, delimiter, summary, skipped, parsed)
 
     # ---- Source interface -------------------------------------------------------------
     def item_sizes(self) -> np.ndarray:
@@ -155,7 +143,7 @@ class TabularSource(Source):
         every row has the same estimated size, so the cut is the same in any order."""
         step = max_items or self.total_rows
         if max_bytes is not None:
-            row = self._row_bytes() + 4     # + the key "file:row": consecutive keys compress to a few bytes
+            row = self._row_bytes() + 4     # + the key "file:line": consecutive keys compress to a few bytes
             row = int(sample_bytes(np.array([row]))[0]) if sample_bytes is not None else row
             step = min(step, max(1, max_bytes // row))
         step = max(1, step)
@@ -200,12 +188,38 @@ class TabularSource(Source):
             elif self.codec.label is None:
                 labels = None
             reasons = {position: reason for position, (_, reason) in rows.bad.items()}
-            lines = {position: line for position, (line, _) in rows.bad.items()}
-            first = begin + item.first_row - self._file_first_row[item.path] + 1
-            key_name = _key_name(item)
-            keys = KeyRun(f"{key_name}:", first, len(vectors))
+            keys = KeyRun(f"{_key_name(item)}:", item.head.data_line + begin, len(vectors), rows.lines)
+            lines = {position: keys.number(position) for position in rows.bad}
             yield from _outcomes(self.codec.samples(vectors, labels, rows.tails, reasons), item.name, lines, per_row,
                                  keys)
+
+
+def _refuse_empty(files: List[TableFile], parsed: ParsedTable, src: str) -> None:
+    """EmptySourceError (the parsed rows removed) when no file holds a data row."""
+    if sum(item.rows for item in files):
+        return
+    for spill in parsed.spills:
+        spill.remove()
+    first = files[0]
+    if len(files) == 1:
+        raise EmptySourceError("header only, no data rows", path=first.name, line=first.head.header_line)
+    raise EmptySourceError(f"the {len(files)} files hold no data rows (header only)", path=src)
+
+
+def _scan_summary(files: List[TableFile], skipped: List[Skipped], found: int, sampled: int,
+                  codec: TabularCodec, delimiter: str) -> Dict[str, Any]:
+    """What the scan found, for the manifest's source summary."""
+    return {"csv_files": found, "files_read": len(files), "files_skipped": len(skipped),
+            "files_without_rows": sum(1 for item in files if item.rows == 0),
+            "rows": sum(item.rows for item in files), "file_bytes": sum(item.size for item in files),
+            "sample_rows": sampled, "column_types": describe_columns(codec.columns), "delimiter": delimiter}
+
+
+def row_index_warning(where: str, name: str, start: int, per_file: bool) -> str:
+    """The warning about a column that only numbers the rows (row_index.py), saying how to drop it."""
+    numbers = f"{start}..{'n-1' if start == 0 else 'n'}{' in each file' if per_file else ''}"
+    return (f"{where}: column {name!r} holds the row numbers ({numbers}), a feature that tells where a row sits, "
+            f"not what it is; leave it out with --drop-columns {name} (Python: drop_columns=[{name!r}])")
 
 
 def _key_name(item: TableFile) -> str:
@@ -215,7 +229,7 @@ def _key_name(item: TableFile) -> str:
 
 def _outcomes(batch: EncodedBatch, name: str, lines: Dict[int, int], per_row: int,
               keys: KeyRun) -> Iterator[Outcome]:
-    """The batch's samples (each with its key "file:row") as one run when all rows are good, else
+    """The batch's samples (each with its key "file:line") as one run when all rows are good, else
     row by row with a Skipped (file name, line) for each bad one."""
     samples = batch.samples
     if not batch.reasons:

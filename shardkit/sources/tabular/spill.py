@@ -26,6 +26,7 @@ from ...errors import ConversionError
 ROWS_NAME = "rows.bin"
 TEXTS_NAME = "texts.bin"
 SKIPS_NAME = "skips.jsonl"
+LINES_NAME = "lines.bin"
 PREFIX = "shardkit-csv-"
 
 
@@ -40,12 +41,14 @@ def record_type(dtype: str, features: int, texts: bool) -> np.dtype:
 @dataclass
 class SpilledRows:
     """Rows [start, stop) read back: vectors, labels, text parts (None without text columns),
-    and {row - start: (line, reason)} for the bad ones."""
+    {row - start: (line, reason)} for the bad ones, and the line each row starts on where the
+    scan recorded them (None: row i is on the part's first data line + i)."""
 
     vectors: np.ndarray
     labels: np.ndarray
     tails: Optional[List[bytes]]
     bad: Dict[int, Tuple[int, str]]
+    lines: Optional[np.ndarray] = None
 
 
 class Spill:
@@ -61,6 +64,7 @@ class Spill:
         self.record = record_type(dtype, features, texts)
         self.texts = texts
         self.rows = 0
+        self.has_lines = False
         self._owner = os.getpid() if owner is None else owner
         self._text_bytes = 0
         self._skip_bytes = 0
@@ -117,6 +121,12 @@ class Spill:
         rows.write(memoryview(block).cast("B"))
         self.rows += len(block)
 
+    def set_lines(self, lines: np.ndarray) -> None:
+        """Record the line each row starts on (one int64 per row, written once every row is in)."""
+        with self._writing():
+            np.asarray(lines, dtype="<i8").tofile(os.path.join(self.folder, LINES_NAME))
+        self.has_lines = True
+
     def finish(self) -> None:
         """Close the files written by the scan; reading may start."""
         with self._writing():
@@ -157,7 +167,13 @@ class Spill:
                     handle.seek(int(block["skip"][index]))
                     line, reason = json.loads(handle.readline())
                     bad[index] = (int(line), reason)
-        return SpilledRows(np.array(block["vector"]), np.array(block["label"]), tails, bad)
+        lines = None
+        if self.has_lines:
+            lines = np.fromfile(os.path.join(self.folder, LINES_NAME), dtype="<i8", count=stop - start,
+                                offset=start * 8).astype(np.int64)
+            if len(lines) != stop - start:
+                raise OSError(f"{self.folder}: temporary lines file is shorter than expected (removed meanwhile?)")
+        return SpilledRows(np.array(block["vector"]), np.array(block["label"]), tails, bad, lines)
 
     def remove(self) -> None:
         """Delete the files, in the owner process (the shard writers merely read them)."""
