@@ -5,7 +5,7 @@ import errno
 import hashlib
 import os
 import zlib
-from stat import S_ISBLK, S_ISCHR, S_ISDIR, S_ISFIFO, S_ISREG, S_ISSOCK
+from stat import S_ISLNK, S_ISREG
 from typing import Any, Dict, FrozenSet, Iterator, List, Set, Tuple
 
 import numpy as np
@@ -18,56 +18,7 @@ from ..options import ImageOptions, RunOptions
 from ..records import EncodedRows, Payload, payload_crc32
 from .base import ConvertedRun, Outcome, Skipped, Source
 from .labels_csv import read_labels_csv
-
-
-def walk_files(root: str) -> Iterator[str]:
-    """Relative POSIX paths of every non-directory entry below root, following directory links
-    once (loops are cut, the first link in this order wins), sorted component by component (as
-    sorted(key=lambda rel: rel.split("/")) would): each folder's listing is sorted by name and
-    walked depth first, so no sort of the whole tree is needed. One scandir per folder and one
-    string concatenation per file: the scan of a large tree is part of every conversion's serial
-    time."""
-    seen: Set[Tuple[int, int]] = set()
-
-    def listing(folder: str) -> List[os.DirEntry]:
-        try:
-            stat = os.stat(folder)
-            key = (stat.st_dev, stat.st_ino)
-            if key in seen:
-                return []
-            seen.add(key)
-            with os.scandir(folder) as entries:
-                return sorted(entries, key=_entry_name)
-        except OSError:
-            return []
-
-    stack = [("", iter(listing(root)))]     # (relative prefix "" or "a/b/", the rest of its listing)
-    while stack:
-        prefix, entries = stack[-1]
-        for entry in entries:
-            try:
-                is_dir = entry.is_dir()         # follows links, as os.walk(followlinks=True)
-            except OSError:
-                is_dir = False
-            if is_dir:
-                stack.append((prefix + entry.name + "/", iter(listing(entry.path))))
-                break
-            yield prefix + entry.name
-        else:
-            stack.pop()
-
-
-def _entry_name(entry: "os.DirEntry[str]") -> str:
-    return entry.name
-
-
-def has_extension(rel: str, extensions: FrozenSet[str]) -> bool:
-    """Whether the file name's extension (lower case, with dot; os.path.splitext's rule: leading
-    dots do not start one) is in extensions, without splitext's per-call overhead."""
-    dot = rel.rfind(".")
-    if dot < 0 or rel[dot:].lower() not in extensions:     # (an extension holds no "/")
-        return False
-    return rel[rel.rfind("/") + 1:dot].strip(".") != ""
+from .tree import LinkOut, file_kind, has_extension, read_inside, walk_files
 
 
 class ImageTreeSource(Source):
@@ -87,7 +38,8 @@ class ImageTreeSource(Source):
         self.schema = codec.schema(labeled)
         self._summary = summary
         self._skipped = skipped
-        self._stats = stats        # (size, mtime_ns) per item
+        self._stats = stats        # (size, mtime_ns, st_dev, st_ino, 1 if a link into SRC) per item
+        self.real_root = os.path.realpath(root)
 
     # ---- scanning -------------------------------------------------------------------
     @classmethod
@@ -100,10 +52,11 @@ class ImageTreeSource(Source):
         root = src
         codec = make_image_codec(**options.codec_options())
         extensions = image_extensions()
-        all_files = list(walk_files(root))
+        links_out: List[LinkOut] = []
+        all_files = list(walk_files(root, links_out))
         images = [rel for rel in all_files if has_extension(rel, extensions)]
         summary: Dict[str, Any] = {"files_seen": len(all_files), "image_files": len(images),
-                                   "other_files": len(all_files) - len(images)}
+                                   "other_files": len(all_files) - len(images), "links_outside_src": len(links_out)}
         bad_rows: List[Skipped] = []
         if options.no_labels:
             items = [(rel, -1) for rel in images]
@@ -114,29 +67,15 @@ class ImageTreeSource(Source):
             summary["unlisted_images_ignored"] = ignored
             summary["label_rows_skipped"] = len(bad_rows)
         else:
-            items, classes, outside, empty = _items_from_folders(root, images)
+            items, classes, outside, empty = _items_from_folders(root, images, {link.path for link in links_out})
             summary["files_outside_class_folders"] = outside
             summary["empty_classes"] = empty
-        skipped: List[Skipped] = list(bad_rows)
-        paths: List[str] = []
-        labels: List[int] = []
-        stats: List[Tuple[int, int]] = []
-        prefix = os.path.join(root, "")
-        for rel, label in items:
-            try:
-                stat = os.stat(prefix + rel)
-            except OSError as exc:
-                skipped.append(Skipped(rel, _stat_failure(os.path.join(root, rel), exc)))
-                continue
-            if not S_ISREG(stat.st_mode):
-                skipped.append(Skipped(rel, f"not a regular file ({_file_kind(stat.st_mode)})"))
-                continue
-            paths.append(rel)
-            labels.append(label)
-            stats.append((stat.st_size, stat.st_mtime_ns))
+        listed = [] if options.labels else _listed_links(links_out, extensions)
+        paths, labels, stats, failures = _stat_items(root, items, set(images), links_out)
+        skipped = bad_rows + sorted(listed + failures, key=lambda item: item.path.split("/"))
         return cls(root, paths, np.asarray(labels, dtype=np.int64), classes, codec,
                    labeled=not options.no_labels, summary=summary, skipped=skipped,
-                   stats=np.asarray(stats, dtype=np.int64).reshape(-1, 2))
+                   stats=np.asarray(stats, dtype=np.int64).reshape(-1, 5))
 
     # ---- Source interface -------------------------------------------------------------
     def item_sizes(self) -> np.ndarray:
@@ -159,7 +98,7 @@ class ImageTreeSource(Source):
     def fingerprint(self) -> str:
         digest = hashlib.sha256()
         digest.update(repr((self.kind, self.schema.to_dict(), self.classes)).encode())
-        for rel, label, (size, mtime) in zip(self.paths, self.labels.tolist(), self._stats.tolist()):
+        for rel, label, (size, mtime) in zip(self.paths, self.labels.tolist(), self._stats[:, :2].tolist()):
             digest.update(f"{rel}\0{label}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
         return digest.hexdigest()
 
@@ -174,12 +113,13 @@ class ImageTreeSource(Source):
         prefix = os.path.join(self.root, "")           # one join per call, not per image
         encode = self.codec.encode
         crc = payload_crc32 if self.codec.mode == "raw" else zlib.crc32
-        paths = self.paths
+        paths, real_root = self.paths, self.real_root
         run = _Run()
-        for index, label in zip(items.tolist(), self.labels[items].tolist()):
+        for index, label, (dev, ino, link) in zip(items.tolist(), self.labels[items].tolist(),
+                                                  self._stats[items, 2:].tolist()):
             rel = paths[index]
             try:
-                data = read_regular_file(prefix + rel)
+                data = read_inside(real_root, prefix + rel, (dev, ino), bool(link))
                 payload, detected = encode(data)
             except OSError as exc:
                 yield Skipped(rel, f"cannot read ({exc.strerror or exc})")
@@ -228,27 +168,52 @@ class _Run:
         return ConvertedRun(EncodedRows(payloads, self.labels, self.crcs, self.keys), self.source_bytes, self.tags)
 
 
-#: A source file is opened without blocking (a FIFO) and is not inherited by child processes.
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-
-
-def read_regular_file(path: str) -> bytes:
-    """All bytes of a regular file; SampleError for anything else (a FIFO named .jpg would
-    otherwise block the conversion forever, a device would never end)."""
-    fd = os.open(path, _READ_FLAGS)
-    try:
-        stat = os.fstat(fd)
+def _stat_items(root: str, items: List[Tuple[str, int]], walked: Set[str], links_out: List[LinkOut]) \
+        -> Tuple[List[str], List[int], List[Tuple[int, int, int, int, int]], List[Skipped]]:
+    """(paths, labels, (size, mtime_ns, st_dev, st_ino, whether a link) of each, Skipped ones) of the items whose
+    file is a regular file now; an item the walk did not find that lies behind a link out of SRC
+    (a labels CSV may name any path) is skipped unread."""
+    paths: List[str] = []
+    labels: List[int] = []
+    stats: List[Tuple[int, int, int, int, int]] = []
+    skipped: List[Skipped] = []
+    prefix = os.path.join(root, "")
+    for rel, label in items:
+        link = None if rel in walked else _behind_link(rel, links_out)
+        if link is not None:
+            skipped.append(Skipped(rel, link.reason() if link.path == rel else f"lies in {link.path!r}, a "
+                                   + link.reason()))
+            continue
+        try:
+            stat = os.lstat(prefix + rel)
+            is_link = S_ISLNK(stat.st_mode)
+            if is_link:                 # a link into SRC (the walk checked it): the file it leads to
+                stat = os.stat(prefix + rel)
+        except OSError as exc:
+            skipped.append(Skipped(rel, _stat_failure(os.path.join(root, rel), exc)))
+            continue
         if not S_ISREG(stat.st_mode):
-            raise SampleError(f"not a regular file ({_file_kind(stat.st_mode)})")
-        # one read call for the size fstat saw (asking one byte more proves the end)
-        wanted = min(stat.st_size + 1, 1 << 24)
-        chunks = [os.read(fd, wanted)]
-        if len(chunks[0]) == wanted:        # more follows: over 16 MiB, or the file grew
-            while chunks[-1]:
-                chunks.append(os.read(fd, 1 << 24))
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+            skipped.append(Skipped(rel, f"not a regular file ({file_kind(stat.st_mode)})"))
+            continue
+        paths.append(rel)
+        labels.append(label)
+        stats.append((stat.st_size, stat.st_mtime_ns, stat.st_dev, stat.st_ino, int(is_link)))
+    return paths, labels, stats, skipped
+
+
+def _behind_link(rel: str, links_out: List[LinkOut]) -> "LinkOut | None":
+    """The link out of SRC that rel is, or lies below."""
+    for link in links_out:
+        if rel == link.path or (link.folder and rel.startswith(link.path + "/")):
+            return link
+    return None
+
+
+def _listed_links(links_out: List[LinkOut], extensions: FrozenSet[str]) -> List[Skipped]:
+    """The links out of SRC reported as skipped inputs: every link to a folder and every
+    image-named one (a link to some other file would be ignored anyway)."""
+    return [Skipped(link.path, link.reason()) for link in links_out
+            if link.folder or has_extension(link.path, extensions)]
 
 
 def _stat_failure(path: str, exc: OSError) -> str:
@@ -260,18 +225,11 @@ def _stat_failure(path: str, exc: OSError) -> str:
     return f"cannot stat ({exc.strerror or exc})"
 
 
-def _file_kind(mode: int) -> str:
-    for test, word in ((S_ISDIR, "a directory"), (S_ISFIFO, "a FIFO"), (S_ISSOCK, "a socket"),
-                       (S_ISCHR, "a character device"), (S_ISBLK, "a block device")):
-        if test(mode):
-            return word
-    return "a special file"
-
-
-def _items_from_folders(root: str, images: List[str]) -> Tuple[List[Tuple[str, int]], List[str], int, List[str]]:
-    """ImageFolder: classes are the sorted top-level folders (hidden ones excluded)."""
+def _items_from_folders(root: str, images: List[str],
+                        links_out: Set[str]) -> Tuple[List[Tuple[str, int]], List[str], int, List[str]]:
+    """ImageFolder: classes are the sorted top-level folders (hidden ones and links out of SRC excluded)."""
     classes = sorted(entry.name for entry in os.scandir(root)
-                     if entry.is_dir() and not entry.name.startswith("."))
+                     if entry.is_dir() and not entry.name.startswith(".") and entry.name not in links_out)
     for name in classes:
         try:
             name.encode("utf-8")

@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardkit.sources.image_tree import has_extension, walk_files
+from shardkit.sources.tree import has_extension, walk_files
 
 #: Names whose string order differs from their order as path components ("a-b" < "a/b" as
 #: strings, but the folder "a" comes before the file "a-b" component by component).

@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, List, Optional, Tuple
 
-from ...errors import SourceError, UsageError
+from ...errors import SampleError, SourceError, UsageError
+from ..tree import LinkOut, Pinned
 
 TEXT_SUFFIXES = (".csv", ".tsv")
 JSON_SUFFIXES = (".jsonl", ".ndjson")
@@ -65,7 +66,7 @@ def is_table_path(path: str) -> bool:
 def holds_table_tree(root: str) -> bool:
     """Whether a folder is a tabular source: some tabular file below it and no image file."""
     from ...codecs.pillow import image_extensions
-    from ..image_tree import walk_files
+    from ..tree import walk_files
     images = image_extensions()
     found = False
     for rel in walk_files(root):
@@ -76,23 +77,37 @@ def holds_table_tree(root: str) -> bool:
     return found
 
 
-def locate(src: str) -> Tuple[List[Tuple[str, str]], bool]:
-    """(path to open, name for messages) of each tabular file of SRC, sorted; and whether SRC is one file."""
+@dataclass
+class Located:
+    """The tabular files of SRC, and the links out of a SRC folder it leaves out."""
+
+    files: List[Tuple[str, str]]    # (path to open, name for messages), sorted
+    single: bool                    # SRC is one file
+    links_out: List[LinkOut] = field(default_factory=list)  # links out of a SRC folder to a table or a folder
+
+
+def locate(src: str) -> Located:
+    """The tabular files of SRC: SRC itself, or those below the folder SRC (links that lead out
+    of it not followed: see sources/tree.py)."""
     if os.path.isfile(src):
-        return [(src, src)], True
-    from ..image_tree import walk_files
-    rels = sorted((rel for rel in walk_files(src) if is_table_path(rel)), key=lambda rel: tuple(rel.split("/")))
-    return [(os.path.join(src, rel), rel) for rel in rels], False
+        return Located([(src, src)], True)
+    from ..tree import walk_files
+    links_out: List[LinkOut] = []
+    found = list(walk_files(src, links_out))
+    rels = sorted((rel for rel in found if is_table_path(rel)), key=lambda rel: tuple(rel.split("/")))
+    return Located([(os.path.join(src, rel), rel) for rel in rels], False,
+                   [link for link in links_out if link.folder or is_table_path(link.path)])
 
 
-def open_stream(path: str, max_inflation: float = MAX_INFLATION) -> BinaryIO:
+def open_stream(path: str, max_inflation: float = MAX_INFLATION, via: Optional[str] = None) -> BinaryIO:
     """The file's decompressed byte stream (Arrow's codecs: gzip, bz2, zstd); a compressed file's
-    stream fails once it inflates beyond max_inflation times the file's size (0: no limit)."""
+    stream fails once it inflates beyond max_inflation times the file's size (0: no limit).
+    via: the name to open it by (a Pinned one); path names it and its compression."""
     import pyarrow as pa
     compression = split_suffix(path)[1]
     try:
-        stream = pa.input_stream(path, compression=compression)
-        size = os.path.getsize(path)
+        stream = pa.input_stream(via or path, compression=compression)
+        size = os.path.getsize(via or path)
     except (OSError, pa.ArrowException) as exc:
         raise SourceError(f"cannot open ({getattr(exc, 'strerror', None) or exc})", path=path) from None
     if compression is None or not max_inflation:
@@ -171,6 +186,19 @@ class TableFile:
     max_inflation: float = MAX_INFLATION   # --max-inflation: of a compressed file (0: no limit)
     stop: Optional[int] = None      # a part of a split text file: where it ends (it starts at head.data_offset)
     groups: Optional[Tuple[int, int]] = None    # a part of a Parquet file: its row groups [first, last)
+    identity: Optional[Tuple[int, int]] = None  # (st_dev, st_ino) of the file the scan read
+    root: Optional[str] = None      # the real path of the SRC folder it lies in (None: SRC is the file)
+
+
+def pin(item: TableFile) -> Pinned:
+    """A name that opens the file the scan read, checked to lie inside SRC (sources/tree.py): every
+    later open of a table file goes through it, so a link swapped in meanwhile is not followed."""
+    try:
+        return Pinned(item.path, item.root, item.identity)
+    except SampleError as exc:
+        raise SourceError(str(exc), path=item.name) from None
+    except OSError as exc:
+        raise SourceError(f"cannot open ({exc.strerror or exc})", path=item.name) from None
 
 
 class FileProblem(Exception):
@@ -182,10 +210,11 @@ class FileProblem(Exception):
         self.line = line
 
 
-def read_head(path: str, delimiter: Optional[str]) -> Head:
-    """Header and dialect of a delimited text file; FileProblem for an empty, binary or CR-only file."""
+def read_head(path: str, delimiter: Optional[str], via: Optional[str] = None) -> Head:
+    """Header and dialect of a delimited text file; FileProblem for an empty, binary or CR-only file.
+    via: the name to open it by (a Pinned one)."""
     try:
-        with open_stream(path) as handle:
+        with open_stream(path, via=via) as handle:
             data = read_some(handle, HEAD_BYTES, path)
             while data and b"\n" not in data and len(data) < MAX_HEADER_BYTES:
                 more = read_some(handle, HEAD_BYTES, path)

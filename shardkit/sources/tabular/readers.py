@@ -21,7 +21,7 @@ import numpy as np
 
 from ...codecs.tabular import MISSING_VALUES
 from ...errors import SourceError
-from .files import Head, TableFile, open_stream, read_some
+from .files import Head, TableFile, open_stream, pin, read_some
 from .split import open_range
 
 #: Bytes of text Arrow parses at a time (a record must fit in one block).
@@ -83,9 +83,10 @@ def _plain(array: Any) -> Any:
 def open_rows(item: TableFile) -> Any:
     """The (decompressed) bytes of a text file's data rows: from just after its header, or the byte
     range of one part of a split file."""
-    if item.stop is not None:
-        return open_range(item.path, item.head.data_offset, item.stop)
-    handle = open_stream(item.path, item.max_inflation)
+    with pin(item) as name:
+        if item.stop is not None:
+            return open_range(name, item.head.data_offset, item.stop)
+        handle = open_stream(item.path, item.max_inflation, via=name)
     _skip_to(handle, item.head.data_offset, item.name)
     return handle
 
@@ -297,18 +298,24 @@ def _typed_batches(item: TableFile, fields: List[int], batch_rows: int, categori
     `categories` dictionary-encoded where the file stores them so."""
     if item.kind == "parquet":
         import pyarrow.parquet as pq
-        names = pq.read_schema(item.path).names
-        columns = [names[index] for index in fields]
-        dictionary = [columns[position] for position in categories]
-        with pq.ParquetFile(item.path, read_dictionary=dictionary or None) as parquet:
+        with pin(item) as name:
+            names = pq.read_schema(name).names
+            columns = [names[index] for index in fields]
+            dictionary = [columns[position] for position in categories]
+            parquet = pq.ParquetFile(name, read_dictionary=dictionary or None)
+        with parquet:
             first, last = item.groups or (0, parquet.num_row_groups)
             if first < last:    # batches of batch_rows, not whole row groups: memory, and a sample reads one
                 yield from parquet.iter_batches(batch_size=batch_rows, row_groups=list(range(first, last)),
                                                 columns=columns, use_threads=False)
         return
-    with open_stream(item.path, item.max_inflation) as handle:
+    with pin(item) as name:
+        handle = open_stream(item.path, item.max_inflation, via=name)
+    with handle:
         stream = _Counted(handle, LineCount()) if item.kind == "json" else handle
-        for batch in open_typed(item.kind, stream, item.path):
+        with pin(item) as name:
+            batches = open_typed(item.kind, stream, name)
+        for batch in batches:
             yield batch.select(fields)
         if lines is not None and isinstance(stream, _Counted):
             lines.take(stream.count)
@@ -338,15 +345,16 @@ class _FileBatches:
             yield self.reader.get_batch(index)
 
 
-def typed_head(path: str, kind: str) -> Tuple[Head, List[Any]]:
-    """The column names (as a Head) and Arrow types of a JSON Lines, Parquet or Arrow file."""
+def typed_head(path: str, kind: str, via: Optional[str] = None) -> Tuple[Head, List[Any]]:
+    """The column names (as a Head) and Arrow types of a JSON Lines, Parquet or Arrow file (opened
+    by the name `via` when given: a Pinned one)."""
     import pyarrow as pa
     if kind == "parquet":
         import pyarrow.parquet as pq
-        schema = pq.read_schema(path)
+        schema = pq.read_schema(via or path)
     else:
-        with open_stream(path) as handle:
-            schema = open_typed(kind, handle, path).schema
+        with open_stream(path, via=via) as handle:
+            schema = open_typed(kind, handle, via or path).schema
     types = [schema.field(index).type for index in range(len(schema))]
     if any(isinstance(kind_, pa.DictionaryType) for kind_ in types):
         types = [kind_.value_type if isinstance(kind_, pa.DictionaryType) else kind_ for kind_ in types]

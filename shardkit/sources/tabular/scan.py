@@ -6,48 +6,53 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ...codecs.tabular import LabelSpec
-from ...errors import EmptySourceError, SourceError, UsageError
+from ...errors import EmptySourceError, SampleError, SourceError, UsageError
 from ...options import TabularOptions
 from ..base import Skipped
-from .files import FileProblem, Head, TableFile, file_kind, locate, read_head, split_suffix
+from ..tree import Pinned
+from .files import FileProblem, Head, Located, TableFile, file_kind, locate, read_head, split_suffix
 from .readers import read_blocks, typed_head
 from .types import SAMPLE_ROWS, SchemaOverrides, infer_label_kind
 from .values import as_text, strings
 
 
-def read_heads(src: str, delimiter: Optional[str]) -> Tuple[List[TableFile], List[Skipped], int, str]:
-    """The readable files of SRC with their headers (unreadable ones skipped in a folder, an error
-    for a single file), how many were found, and the delimiter of the text files."""
-    located, single = locate(src)
+def read_heads(src: str, delimiter: Optional[str]) -> Tuple[List[TableFile], List[Skipped], Located, str]:
+    """The readable files of SRC with their headers (unreadable ones, and links out of a SRC folder,
+    skipped; an error for a single file), what was found, and the delimiter of the text files."""
+    found = locate(src)
+    single = found.single
     files: List[TableFile] = []
-    skipped: List[Skipped] = []
-    for path, name in located:
+    skipped = [Skipped(link.path, link.reason()) for link in found.links_out]
+    root = None if single else os.path.realpath(src)
+    for path, name in found.files:
         kind = file_kind(path) or "text"
         try:
-            stat = os.stat(path)
-            if kind == "text":
-                head = read_head(path, delimiter or ("\t" if split_suffix(path)[0] == ".tsv" else None))
-                types = None
-            else:
-                head, types = typed_head(path, kind)
+            with Pinned(path, root) as via:         # the file read here is the one every later open reads
+                stat = os.stat(via)
+                if kind == "text":
+                    head = read_head(path, delimiter or ("\t" if split_suffix(path)[0] == ".tsv" else None), via)
+                    types = None
+                else:
+                    head, types = typed_head(path, kind, via)
         except OSError as exc:
             problem = FileProblem(f"cannot read ({exc.strerror or exc})")
-        except FileProblem as exc:
-            problem = exc
+        except (FileProblem, SampleError) as exc:
+            problem = exc if isinstance(exc, FileProblem) else FileProblem(str(exc))
         except Exception as exc:          # Arrow's own errors on a damaged Parquet / Arrow / JSON file
             problem = FileProblem(f"cannot read ({exc})")
         else:
             delimiter = delimiter or (head.delimiter if kind == "text" else None)
             files.append(TableFile(path, name, stat.st_size, stat.st_mtime_ns, kind, _named(head, name),
-                                   types=types))
+                                   types=types, identity=(stat.st_dev, stat.st_ino), root=root))
             continue
         if single:
             raise SourceError(problem.reason, path=name, line=problem.line)
         skipped.append(Skipped(name, problem.reason, line=problem.line))
+    skipped.sort(key=lambda item: item.path.split("/"))
     if not files:
         first = f" (first: {skipped[0].message()})" if skipped else ""
         raise EmptySourceError(f"no readable table file{first}", path=src)
-    return files, skipped, len(located), delimiter or ","
+    return files, skipped, found, delimiter or ","
 
 
 def _named(head: Head, name: str) -> Head:

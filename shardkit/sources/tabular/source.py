@@ -23,7 +23,8 @@ from ...errors import EmptySourceError, UsageError
 from ...options import RunOptions, TabularOptions
 from ...records import EncodedRows, KeyRun
 from ..base import Converted, ConvertedRun, Outcome, SampleBytes, Skipped, Source
-from .files import TableFile, check_inflation, holds_table_tree, is_table_path, normalize_decimal, normalize_delimiter
+from .files import (Located, TableFile, check_inflation, holds_table_tree, is_table_path, normalize_decimal,
+                    normalize_delimiter)
 from .parse import ParsedTable, parse_files
 from .scan import label_spec, read_heads, sample, select
 from .types import check_scalar, describe_columns, infer_type, load_schema_file, mostly_numbers, needs_float64
@@ -206,13 +207,14 @@ def _refuse_empty(files: List[TableFile], parsed: ParsedTable, src: str) -> None
     raise EmptySourceError(f"the {len(files)} files hold no data rows (header only)", path=src)
 
 
-def _scan_summary(files: List[TableFile], skipped: List[Skipped], found: int, sampled: int,
+def _scan_summary(files: List[TableFile], skipped: List[Skipped], found: Located, sampled: int,
                   codec: TabularCodec, delimiter: str) -> Dict[str, Any]:
     """What the scan found, for the manifest's source summary."""
-    return {"csv_files": found, "files_read": len(files), "files_skipped": len(skipped),
+    return {"csv_files": len(found.files), "files_read": len(files), "files_skipped": len(skipped),
             "files_without_rows": sum(1 for item in files if item.rows == 0),
             "rows": sum(item.rows for item in files), "file_bytes": sum(item.size for item in files),
-            "sample_rows": sampled, "column_types": describe_columns(codec.columns), "delimiter": delimiter}
+            "sample_rows": sampled, "column_types": describe_columns(codec.columns), "delimiter": delimiter,
+            "links_outside_src": len(found.links_out)}
 
 
 def row_index_warning(where: str, name: str, start: int, per_file: bool) -> str:

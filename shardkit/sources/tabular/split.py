@@ -15,7 +15,7 @@ from typing import BinaryIO, List
 
 import numpy as np
 
-from .files import TableFile, split_suffix
+from .files import TableFile, pin, split_suffix
 
 #: Files smaller than this are parsed whole; parts are at least this large.
 MIN_PART_BYTES = 8 << 20
@@ -32,7 +32,8 @@ def split_file(item: TableFile, parts: int) -> List[TableFile]:
         return [item]
     step = max(MIN_PART_BYTES, (item.size - start) // parts)
     targets = list(range(start + step, item.size - MIN_PART_BYTES // 2, step))
-    cuts = _record_ends(item.path, start, targets)
+    with pin(item) as name:
+        cuts = _record_ends(name, start, targets)
     found: List[TableFile] = []
     line, offset = item.head.data_line, start
     for cut, lines in cuts + [(item.size, 0)]:
@@ -47,7 +48,7 @@ def split_file(item: TableFile, parts: int) -> List[TableFile]:
 def _row_group_parts(item: TableFile, parts: int) -> List[TableFile]:
     """Consecutive runs of the file's row groups, about `parts` of them, each knowing its first row."""
     import pyarrow.parquet as pq
-    with pq.ParquetFile(item.path) as parquet:
+    with pin(item) as name, pq.ParquetFile(name) as parquet:
         sizes = [parquet.metadata.row_group(group).num_rows for group in range(parquet.num_row_groups)]
     if len(sizes) < 2:
         return [item]
