@@ -10,6 +10,7 @@ from ..codecs.image import IMAGE_MODES
 from ..codecs.pillow import DEFAULT_MAX_IMAGE_PIXELS
 from ..codecs.validate import DEFAULT_VALIDATE, VALIDATE_MODES
 from ..write.conversion import convert
+from ..write.skip_log import describe_leftovers
 from ..formats import format_names
 from ..options import DEFAULT_BACKGROUND, DEFAULT_COMPRESSION, DEFAULT_FORMAT, DEFAULT_IMAGE_MODE, EXECUTORS
 from ..schema import COMPRESSIONS
@@ -83,8 +84,8 @@ def command(src: str, dst: str, format_: str, columns: Optional[str], text_colum
     reused = f", {report.shards_reused} reused" if report.shards_reused else ""
     click.echo(f"wrote {report.num_samples} samples in {report.num_shards} {report.format} shards{reused} "
                f"({format_size(report.bytes_written)}) to {report.dst} in {report.seconds:.1f}s "
-               f"({report.samples_per_second:.0f} samples/s); skipped {report.skipped}"
-               + (" (see skipped.jsonl)" if report.skipped else ""))
+               f"({report.samples_per_second:.0f} samples/s); "
+               + describe_leftovers(report.skipped, report.skipped_by_reason, report.ignored_by_extension))
 
 
 def _split(text: Optional[str]) -> Optional[list]:

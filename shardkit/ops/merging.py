@@ -10,11 +10,12 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence
 
 from ..errors import DestinationExistsError, ManifestError, UsageError
 from ..integrity import atomic_write_bytes, fsync_path
 from ..manifest import RUN_SUMMARY_KEYS, SHARDS_DIR, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
+from ..write.skip_log import SkipLog, merged_log
 from ..write.table_writer import write_sample_table
 
 
@@ -46,8 +47,7 @@ def merge(parts: Sequence[str], dst: str) -> MergeReport:
         raise DestinationExistsError("exists and is not empty; merge writes a new dataset", path=dst)
     (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
     entries: List[ShardEntry] = []
-    scan_skipped: List[bytes] = []
-    run_skipped: List[bytes] = []
+    skipped_lists: List[List[Dict[str, Any]]] = []
     linked = copied = 0
     first = 0
     for part_dir, manifest in ordered:
@@ -65,16 +65,18 @@ def merge(parts: Sequence[str], dst: str) -> MergeReport:
                 copied += 1
             entries.append(dataclasses.replace(entry, first_index=first))
             first += entry.num_samples
-        scan_lines, run_lines = _split_skipped(Path(part_dir), manifest)
-        scan_skipped = scan_skipped or scan_lines
-        run_skipped.extend(run_lines)
+        skipped_lists.append(_skipped_lines(Path(part_dir)))
     fsync_path(path / SHARDS_DIR)
     base = ordered[0][1]
-    summary = _merge_summaries([m for _, m in ordered], skipped=len(scan_skipped) + len(run_skipped))
+    first_summary = base.source.get("summary", {})
+    skip_log = merged_log(skipped_lists, int(base.part.get("plan_skipped", 0)),
+                          first_summary.get("scan_skipped_by_reason"))
+    summary = _merge_summaries([m for _, m in ordered], skip_log)
     merged = dataclasses.replace(base, shards=entries, part=None,
                                  source={**base.source, "summary": summary,
                                          "fingerprint": base.part["plan_fingerprint"]})
-    atomic_write_bytes(path / SKIPPED_NAME, b"".join(scan_skipped + run_skipped))
+    atomic_write_bytes(path / SKIPPED_NAME, "".join(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n"
+                                                    for line in skip_log.lines()).encode("utf-8", "surrogateescape"))
     merged.sample_table = write_sample_table(dst, merged)
     merged.save(dst)
     return MergeReport(dst=dst, parts=len(ordered), num_samples=merged.num_samples, num_shards=len(entries),
@@ -110,15 +112,17 @@ def _check_parts(parts: List[str], manifests: List[Manifest]) -> List[Any]:
     return [by_index[index] for index in range(count)]
 
 
-def _split_skipped(part_dir: Path, manifest: Manifest) -> Tuple[List[bytes], List[bytes]]:
-    """A part's skipped.jsonl lines: (the scan's, listed in every part; its own shards')."""
+def _skipped_lines(part_dir: Path) -> List[Dict[str, Any]]:
+    """A part's skipped.jsonl lines (the scan's first, listed in every part; then its own shards')."""
     path = part_dir / SKIPPED_NAME
-    lines = path.read_bytes().splitlines(keepends=True) if path.is_file() else []
-    scan = int(manifest.part.get("plan_skipped", 0))
-    return lines[:scan], lines[scan:]
+    try:
+        text = path.read_bytes().decode("utf-8", "surrogateescape") if path.is_file() else ""
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except ValueError as exc:
+        raise ManifestError(f"is not a list of JSON lines ({exc})", path=str(path)) from None
 
 
-def _merge_summaries(manifests: List[Manifest], skipped: int) -> Dict[str, Any]:
+def _merge_summaries(manifests: List[Manifest], skip_log: SkipLog) -> Dict[str, Any]:
     """The scan's summary (the same in every part) with the shard counts summed over the parts:
     what one run over the whole plan records."""
     total: Dict[str, Any] = dict(manifests[0].source.get("summary", {}))
@@ -132,5 +136,7 @@ def _merge_summaries(manifests: List[Manifest], skipped: int) -> Dict[str, Any]:
                 for sub, number in value.items():
                     bucket[sub] = bucket.get(sub, 0) + number
             total[key] = dict(sorted(bucket.items()))
-    total["skipped"] = skipped
+    total["skipped"] = skip_log.total
+    total["skipped_by_reason"] = skip_log.by_reason()
+    total.pop("scan_skipped_by_reason", None)         # a part's record of the scan's own share
     return total

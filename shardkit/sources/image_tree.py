@@ -18,7 +18,7 @@ from ..options import ImageOptions, RunOptions
 from ..records import EncodedRows, Payload, payload_crc32
 from .base import ConvertedRun, Outcome, Skipped, Source
 from .labels_csv import read_labels_csv
-from .tree import LinkOut, file_kind, has_extension, read_inside, walk_files
+from .tree import LinkOut, extension_counts, file_kind, has_extension, read_inside, walk_files
 
 
 class ImageTreeSource(Source):
@@ -56,7 +56,10 @@ class ImageTreeSource(Source):
         all_files = list(walk_files(root, links_out))
         images = [rel for rel in all_files if has_extension(rel, extensions)]
         summary: Dict[str, Any] = {"files_seen": len(all_files), "image_files": len(images),
-                                   "other_files": len(all_files) - len(images), "links_outside_src": len(links_out)}
+                                   "other_files": len(all_files) - len(images),
+                                   "other_files_by_extension": extension_counts(
+                                       rel for rel in all_files if not has_extension(rel, extensions)),
+                                   "links_outside_src": len(links_out)}
         bad_rows: List[Skipped] = []
         if options.no_labels:
             items = [(rel, -1) for rel in images]

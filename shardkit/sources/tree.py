@@ -13,9 +13,14 @@ import errno
 import os
 from dataclasses import dataclass
 from stat import S_ISBLK, S_ISCHR, S_ISDIR, S_ISFIFO, S_ISREG, S_ISSOCK
-from typing import FrozenSet, Iterator, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ..errors import SampleError
+
+#: Extensions counted one by one in a summary of ignored files; the rest are summed as OTHER_EXTENSIONS.
+MAX_EXTENSIONS = 20
+OTHER_EXTENSIONS = "(other)"
+NO_EXTENSION = "(none)"
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,27 @@ def has_extension(rel: str, extensions: FrozenSet[str]) -> bool:
     if dot < 0 or rel[dot:].lower() not in extensions:     # (an extension holds no "/")
         return False
     return rel[rel.rfind("/") + 1:dot].strip(".") != ""
+
+
+def extension(rel: str) -> str:
+    """A file name's extension in lower case with its dot (os.path.splitext's rule), or NO_EXTENSION."""
+    suffix = os.path.splitext(rel)[1].lower()
+    return suffix if suffix else NO_EXTENSION
+
+
+def extension_counts(rels: Iterable[str]) -> Dict[str, int]:
+    """How many of the files have each extension: the MAX_EXTENSIONS commonest (ties by name),
+    the rest summed as OTHER_EXTENSIONS, so that a tree of odd names cannot bloat the manifest."""
+    counts: Dict[str, int] = {}
+    for rel in rels:
+        key = extension(rel)
+        counts[key] = counts.get(key, 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    kept = dict(ranked[:MAX_EXTENSIONS])
+    rest = sum(count for _, count in ranked[MAX_EXTENSIONS:])
+    if rest:
+        kept[OTHER_EXTENSIONS] = rest
+    return kept
 
 
 #: A source file is opened without blocking (a FIFO) and is not inherited by child processes.
@@ -231,5 +257,5 @@ def file_kind(mode: int) -> str:
     return "a special file"
 
 
-__all__ = ["LinkOut", "Pinned", "file_kind", "has_extension", "read_inside",
+__all__ = ["LinkOut", "Pinned", "extension", "extension_counts", "file_kind", "has_extension", "read_inside",
            "walk_files"]

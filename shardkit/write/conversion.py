@@ -25,6 +25,7 @@ from .plan import ShardTask, make_tasks, planned_order, sample_order
 from ..runtime.progress import Progress
 from .table_writer import write_sample_table
 from .commit import CommitPipeline
+from .skip_log import skip_log_of
 from .sink import (NOT_WRITABLE, ShardResult, SinkContext, explain_write_failure, reusable_result,
                    write_shard_file)
 from ..sources import Skipped, Source, open_source
@@ -45,6 +46,8 @@ class ConvertReport:
     source_bytes: int
     seconds: float
     warnings: List[str] = field(default_factory=list)
+    skipped_by_reason: Dict[str, int] = field(default_factory=dict)     # skip_log.reason_kind -> inputs
+    ignored_by_extension: Dict[str, int] = field(default_factory=dict)  # files not of the source's kind
 
     @property
     def samples_per_second(self) -> float:
@@ -131,17 +134,17 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
         results.sort(key=lambda result: result.shard)
         manifest = _assemble(results, source, fmt, ctx, created, fingerprint, plan_skipped, plan.part_tuple, src,
                              order)
+        skip_log, scan_lines = skip_log_of(plan_skipped, results)
+        manifest.source["summary"]["skipped_by_reason"] = skip_log.by_reason()
         if manifest.part is not None:
             # plan_skipped: skipped.jsonl starts with the scan's skips, the same lines in every part
             manifest.part.update(plan_fingerprint=plan_fingerprint, plan_shards=len(ranges),
-                                 plan_skipped=len(plan_skipped))
+                                 plan_skipped=scan_lines)
+            manifest.source["summary"]["scan_skipped_by_reason"] = skip_log_of(plan_skipped, [])[0].by_reason()
         if manifest.num_samples == 0 and (tasks or plan.part_tuple is None):
             raise EmptySourceError("no usable sample; every input was skipped "
                                    f"(first: {_first_skip(results, plan_skipped)})", path=src)
-        skipped_lines = [item.to_dict() for item in plan_skipped]
-        for result in results:
-            skipped_lines.extend(result.skipped)
-        _write_skipped(dst, skipped_lines)
+        _write_skipped(dst, skip_log.lines())
         manifest.sample_table = write_sample_table(dst, manifest)
         latch.check()                     # a Ctrl-C swallowed anywhere so far still stops here
         manifest.save(dst)
@@ -177,7 +180,6 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
         latch.__exit__(None, None, None)
         journal.unlock()
     report = _report_for(manifest, dst, started, reused=len(done))
-    report.skipped = len(skipped_lines)
     report.warnings = [f"class folder {name!r} holds no image" for name in source.summary().get("empty_classes", [])] \
         + list(source.summary().get("warnings", []))
     return report
@@ -414,7 +416,9 @@ def _report_for(manifest: Manifest, dst: str, started: float, reused: int) -> Co
                          num_shards=len(manifest.shards), shards_written=len(manifest.shards) - reused,
                          shards_reused=reused, skipped=int(summary.get("skipped", 0)),
                          bytes_written=manifest.total_bytes, source_bytes=int(summary.get("bytes", 0)),
-                         seconds=time.monotonic() - started)
+                         seconds=time.monotonic() - started,
+                         skipped_by_reason=dict(summary.get("skipped_by_reason", {})),
+                         ignored_by_extension=dict(summary.get("other_files_by_extension", {})))
 
 
 __all__ = ["ConvertReport", "ShardkitError", "convert"]

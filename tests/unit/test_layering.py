@@ -14,7 +14,8 @@ LAYERS = {
     "runtime": 0, "write": 0, "read": 0, "ops": 0,     # the groups' __init__ modules (docstrings only)
     "integrity": 1, "manifest": 1, "codecs": 1, "samples": 1, "shard_table": 1, "sample_table": 1,
     "options": 1,
-    "write.plan": 1, "write.journal": 1, "read.indices": 1, "read.shared_buffers": 1, "read.budget": 1,
+    "write.plan": 1, "write.journal": 1, "write.skip_log": 1, "read.indices": 1, "read.shared_buffers": 1,
+    "read.budget": 1,
     "runtime.progress": 1, "runtime.interrupt": 1, "runtime.workers": 1, "runtime.isolation": 1, "runtime.forks": 1,
     "sources": 2, "formats": 2,
     "write.sink": 3, "write.commit": 3, "write.parallel": 3, "write.ray_executor": 3, "write.table_writer": 3,

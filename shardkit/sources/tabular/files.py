@@ -79,10 +79,11 @@ def holds_table_tree(root: str) -> bool:
 
 @dataclass
 class Located:
-    """The tabular files of SRC, and the links out of a SRC folder it leaves out."""
+    """The tabular files of SRC and what else it holds."""
 
     files: List[Tuple[str, str]]    # (path to open, name for messages), sorted
     single: bool                    # SRC is one file
+    other_files: List[str] = field(default_factory=list)    # files of a SRC folder that are no table
     links_out: List[LinkOut] = field(default_factory=list)  # links out of a SRC folder to a table or a folder
 
 
@@ -96,6 +97,7 @@ def locate(src: str) -> Located:
     found = list(walk_files(src, links_out))
     rels = sorted((rel for rel in found if is_table_path(rel)), key=lambda rel: tuple(rel.split("/")))
     return Located([(os.path.join(src, rel), rel) for rel in rels], False,
+                   [rel for rel in found if not is_table_path(rel)],
                    [link for link in links_out if link.folder or is_table_path(link.path)])
 
 

@@ -23,6 +23,7 @@ from ...errors import EmptySourceError, UsageError
 from ...options import RunOptions, TabularOptions
 from ...records import EncodedRows, KeyRun
 from ..base import Converted, ConvertedRun, Outcome, SampleBytes, Skipped, Source
+from ..tree import extension_counts
 from .files import (Located, TableFile, check_inflation, holds_table_tree, is_table_path, normalize_decimal,
                     normalize_delimiter)
 from .parse import ParsedTable, parse_files
@@ -214,6 +215,7 @@ def _scan_summary(files: List[TableFile], skipped: List[Skipped], found: Located
             "files_without_rows": sum(1 for item in files if item.rows == 0),
             "rows": sum(item.rows for item in files), "file_bytes": sum(item.size for item in files),
             "sample_rows": sampled, "column_types": describe_columns(codec.columns), "delimiter": delimiter,
+            "other_files": len(found.other_files), "other_files_by_extension": extension_counts(found.other_files),
             "links_outside_src": len(found.links_out)}
 
 
