@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import (  # noqa: F401 - re-exported
     ConversionError, CorruptSampleError, CorruptShardError, DestinationExistsError, EmptySourceError,
-    ForeignShardError, LockedError, ManifestError, NotADatasetError, OutOfFilesError, SampleError, ShardkitError,
-    SourceError, UnguardedMainError, UsageError)
+    ForeignShardError, LockedError, ManifestError, NotADatasetError, OutOfFilesError, RemoteError, SampleError,
+    ShardkitError, SourceError, UnguardedMainError, UsageError)
 
 __version__ = "0.1.0"  # the one version source: pyproject.toml reads it
 
@@ -20,6 +20,8 @@ if TYPE_CHECKING:      # type checkers see the real objects; at run time they lo
     from .read.dataset import HDF5Dataset, LMDBDataset, PTDataset, ShardDataset, open_dataset  # noqa: F401
     from .read.cache import worker_init_fn  # noqa: F401
     from .ops.merging import merge  # noqa: F401
+    from .ops.pull import PullReport, pull  # noqa: F401
+    from .ops.push import PushReport, push  # noqa: F401
     from .read.sampler import ShardAwareSampler  # noqa: F401
     from .ops.verification import VerifyReport, verify  # noqa: F401
 
@@ -28,6 +30,8 @@ _LAZY = {
     "HDF5Dataset": "shardkit.read.dataset",
     "LMDBDataset": "shardkit.read.dataset",
     "PTDataset": "shardkit.read.dataset",
+    "PullReport": "shardkit.ops.pull",
+    "PushReport": "shardkit.ops.push",
     "RawBatch": "shardkit.read.batches",
     "ShardAwareSampler": "shardkit.read.sampler",
     "ShardDataset": "shardkit.read.dataset",
@@ -37,6 +41,8 @@ _LAZY = {
     "convert": "shardkit.write.conversion",
     "merge": "shardkit.ops.merging",
     "open_dataset": "shardkit.read.dataset",
+    "pull": "shardkit.ops.pull",
+    "push": "shardkit.ops.push",
     "random_split": "shardkit.read.splits",
     "train_val_split": "shardkit.read.splits",
     "verify": "shardkit.ops.verification",
@@ -59,8 +65,8 @@ def __dir__() -> list:
 __all__ = sorted([
     "ConversionError", "ConvertReport", "CorruptSampleError", "CorruptShardError", "DestinationExistsError",
     "EmptySourceError", "ForeignShardError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError",
-    "NotADatasetError", "OutOfFilesError",
-    "PTDataset", "RawBatch", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError",
+    "NotADatasetError", "OutOfFilesError", "PTDataset", "PullReport", "PushReport", "RawBatch", "RemoteError",
+    "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError",
     "SourceError", "UnguardedMainError", "UsageError", "VerifyReport", "__version__", "collate_raw", "convert",
-    "merge", "open_dataset", "random_split", "train_val_split", "verify", "worker_init_fn",
+    "merge", "open_dataset", "pull", "push", "random_split", "train_val_split", "verify", "worker_init_fn",
 ])

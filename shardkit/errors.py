@@ -258,3 +258,12 @@ class CorruptSampleError(CorruptShardError):
 
     def detail(self) -> str:
         return self.problem
+
+
+class RemoteError(ShardkitError, OSError):
+    """A transfer to or from object storage failed (not found, denied, a server that kept failing,
+    an object whose size or sha256 differs from the manifest). path is the object's URL with any
+    credentials taken out; the message never holds a credential."""
+
+    def __init__(self, problem: str, *, url: str) -> None:
+        ShardkitError.__init__(self, problem, path=url)

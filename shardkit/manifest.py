@@ -23,7 +23,7 @@ RUN_SUMMARY_KEYS = ("converted", "skipped", "bytes", "detected", "samples_per_cl
 MANIFEST_VERSION = 1
 
 __all__ = ["MANIFEST_NAME", "MANIFEST_VERSION", "RUN_SUMMARY_KEYS", "SHARDS_DIR", "SKIPPED_NAME", "Manifest",
-           "ShardEntry", "ShardTable", "check_relative_path", "load_manifest", "manifest_path"]
+           "ShardEntry", "ShardTable", "check_relative_path", "load_manifest", "manifest_path", "parse_manifest"]
 
 
 @dataclass
@@ -177,9 +177,19 @@ def load_manifest(dst: PathLike) -> Manifest:
         raise NotADatasetError(f"not a shardkit dataset (no {MANIFEST_NAME}; "
                                "an unfinished conversion can continue with --resume)", path=str(dst))
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = path.read_bytes()
+    except OSError as exc:
         raise ManifestError(f"cannot read manifest ({exc})", path=str(path)) from None
+    return parse_manifest(text, str(path))
+
+
+def parse_manifest(text: bytes, where: str) -> Manifest:
+    """A manifest from the bytes of a manifest.json (where: its path or URL, for messages), with
+    every check load_manifest makes; ManifestError if it is bad."""
+    try:
+        data = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"cannot read manifest ({exc})", path=where) from None
     except RecursionError:
-        raise ManifestError("cannot read manifest (nested too deeply)", path=str(path)) from None
-    return Manifest.from_dict(data, where=str(path))
+        raise ManifestError("cannot read manifest (nested too deeply)", path=where) from None
+    return Manifest.from_dict(data, where=where)

@@ -11,24 +11,25 @@ PACKAGE = Path(__file__).resolve().parents[2] / "shardkit"
 
 LAYERS = {
     "errors": 0, "units": 0, "records": 0, "schema": 0, "order": 0,
-    "runtime": 0, "write": 0, "read": 0, "ops": 0,     # the groups' __init__ modules (docstrings only)
+    "runtime": 0, "write": 0, "read": 0, "ops": 0, "remote": 0,  # the groups' __init__ modules (docstrings only)
     "integrity": 1, "manifest": 1, "codecs": 1, "samples": 1, "shard_table": 1, "sample_table": 1,
     "options": 1,
     "write.plan": 1, "write.journal": 1, "write.skip_log": 1, "read.indices": 1, "read.shared_buffers": 1,
     "read.budget": 1,
     "runtime.progress": 1, "runtime.interrupt": 1, "runtime.workers": 1, "runtime.isolation": 1, "runtime.forks": 1,
+    "remote.location": 1, "remote.retry": 1, "remote.transfer": 2, "remote.cache_folder": 2, "remote.cache": 3,
     "sources": 2, "formats": 2,
     "write.sink": 3, "write.commit": 3, "write.parallel": 3, "write.ray_executor": 3, "write.table_writer": 3,
     "read.row_arena": 3, "read.watch": 3, "read.cache": 3,
     "ops.shard_checks": 3,
-    "write.conversion": 4, "ops.verification": 4, "ops.info": 4, "ops.merging": 4,
+    "write.conversion": 4, "ops.verification": 4, "ops.info": 4, "ops.merging": 4, "ops.pull": 4, "ops.push": 5,
     "read.shards": 4, "read.dataset": 4, "read.batches": 4, "read.sampler": 4, "read.splits": 4,
     "ops.bench": 5, "ops.bench_plot": 5, "ops.demo": 5, "read.stream": 5,
     "cli": 6, "__init__": 7, "__main__": 7,
 }
 
 
-GROUPS = ("read", "write", "ops", "runtime")
+GROUPS = ("read", "write", "ops", "runtime", "remote")
 
 
 def _component(module: str) -> str:

@@ -1,0 +1,152 @@
+"""pull(): copy a dataset from object storage into a local folder, checking every file on the way.
+
+The manifest comes first and is checked (its own checksum, safe shard paths); shards are fetched in
+parallel into temporary names inside DST and renamed into place only once their size and sha256
+equal the manifest's; the sample table likewise; manifest.json is written last, so DST looks
+complete only when it is. An interrupted pull continues where it stopped: a shard already in place
+is hashed here, not fetched again."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional
+
+from ..errors import DestinationExistsError
+from ..integrity import SharedFolderSync, atomic_write_bytes, hash_file, json_bytes
+from ..manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME, Manifest, parse_manifest
+from ..remote.location import Location
+from ..remote.retry import exists, fetch_bytes
+from ..remote.transfer import download_checked, run_bounded
+from ..runtime.progress import Progress
+
+#: A manifest larger than this is refused before it is read (a million shards take about 200 MB).
+MANIFEST_LIMIT = 1 << 30
+#: DST/.shardkit/pull.json: the manifest_sha256 of the pull under way, so that a rerun knows DST.
+PULL_RECORD = Path(".shardkit") / "pull.json"
+#: Temporary names of integrity.temp_path, left by a pull that was killed.
+_TEMP_NAME = re.compile(r"\..+\.tmp-[0-9a-f]{16}\Z")
+
+
+@dataclass
+class PullReport:
+    """What pull() did: shards fetched, and those found already in place and checked here."""
+
+    url: str
+    dst: str
+    num_shards: int
+    fetched: int
+    reused: int
+    bytes_fetched: int
+    seconds: float
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def pull(url: str, dst: str, *, storage_options: Optional[Mapping[str, Any]] = None,
+         in_flight: Optional[int] = None, quiet: bool = True) -> PullReport:
+    """Copy the dataset at url into dst (empty, new, or a pull of the same dataset that stopped)."""
+    started = time.monotonic()
+    location = Location(url, storage_options)
+    text = fetch_bytes(location, MANIFEST_NAME, MANIFEST_LIMIT)
+    manifest = parse_manifest(text, location.name(MANIFEST_NAME))
+    digest = json.loads(text)["manifest_sha256"]
+    root = Path(dst)
+    _claim(root, digest)
+    shards_dir = root / SHARDS_DIR
+    if shards_dir.is_symlink():
+        raise DestinationExistsError("is a symbolic link; pull writes shards only inside DST", path=str(shards_dir))
+    shards_dir.mkdir(exist_ok=True)
+    _remove_temporaries(root)
+    fetched = []
+    sync = SharedFolderSync()
+
+    def one(number: int) -> bool:
+        entry = manifest.shards[number]
+        final = root / entry.path
+        if _intact(final, entry.size, entry.sha256):
+            return False
+        download_checked(location, entry.path, final, entry.size, entry.sha256, sync)
+        return True
+
+    with Progress(len(manifest.shards), "pull", quiet=quiet, unit="shard") as bar:
+        def done(number: int, was_fetched: bool) -> None:
+            bar.advance(1, int(manifest.shards.sizes[number]))
+            if was_fetched:
+                fetched.append(number)
+        run_bounded(one, range(len(manifest.shards)), in_flight, on_done=done)
+    _pull_extras(location, root, manifest)
+    atomic_write_bytes(root / MANIFEST_NAME, text)
+    _release(root)
+    return PullReport(url=location.shown, dst=str(dst), num_shards=len(manifest.shards), fetched=len(fetched),
+                      reused=len(manifest.shards) - len(fetched),
+                      bytes_fetched=int(sum(int(manifest.shards.sizes[n]) for n in fetched)),
+                      seconds=time.monotonic() - started)
+
+
+def _claim(root: Path, digest: str) -> None:
+    """Make root ours for this pull: new or empty, or holding this very dataset or a pull of it;
+    DestinationExistsError for anything else (its files are never touched)."""
+    if root.is_symlink() or (root.exists() and not root.is_dir()):
+        raise DestinationExistsError("is not a folder; pull into an empty or new folder", path=str(root))
+    if root.is_dir() and os.listdir(root) and _pulled_digest(root) != digest:
+        raise DestinationExistsError("is not empty and holds no pull of this dataset (another manifest_sha256); "
+                                     "pull into an empty or new folder", path=str(root))
+    (root / PULL_RECORD.parent).mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(root / PULL_RECORD, json_bytes({"manifest_sha256": digest}))
+
+
+def _pulled_digest(root: Path) -> Optional[str]:
+    """The manifest_sha256 of what root holds: a pull under way, or a finished dataset."""
+    for path in (root / PULL_RECORD, root / MANIFEST_NAME):
+        try:
+            value = json.loads(path.read_bytes()).get("manifest_sha256")
+        except (OSError, ValueError, AttributeError):
+            continue
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _remove_temporaries(root: Path) -> None:
+    """The temporary files a killed pull left (only names integrity.temp_path makes)."""
+    for folder in (root, root / SHARDS_DIR):
+        for name in os.listdir(folder):
+            if _TEMP_NAME.match(name) and (folder / name).is_file() and not (folder / name).is_symlink():
+                os.unlink(folder / name)
+
+
+def _intact(path: Path, size: int, sha256: str) -> bool:
+    """Whether a regular file of this size and sha256 is at path already (a pull that stopped);
+    one that is not is removed, to be fetched again."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise DestinationExistsError("is not a regular file; remove it to pull again", path=str(path))
+    if not path.exists():
+        return False
+    if path.stat().st_size == size and hash_file(path) == sha256:
+        return True
+    os.unlink(path)
+    return False
+
+
+def _pull_extras(location: Location, root: Path, manifest: Manifest) -> None:
+    """The sample table (checked like a shard) and skipped.jsonl (no checksum: a list for people)."""
+    table = manifest.sample_table
+    if table is not None:
+        path = root / table["path"]
+        if not _intact(path, table["size"], table["sha256"]):
+            download_checked(location, table["path"], path, table["size"], table["sha256"])
+    if exists(location, SKIPPED_NAME):
+        atomic_write_bytes(root / SKIPPED_NAME, fetch_bytes(location, SKIPPED_NAME, MANIFEST_LIMIT))
+
+
+def _release(root: Path) -> None:
+    """Drop the pull record once manifest.json is in place (and .shardkit/ if nothing else is there)."""
+    os.unlink(root / PULL_RECORD)
+    try:
+        os.rmdir(root / PULL_RECORD.parent)
+    except OSError:
+        pass

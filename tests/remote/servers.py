@@ -1,0 +1,180 @@
+"""Real servers on 127.0.0.1 for the remote tests and benchmarks: moto's S3 server, and an HTTP
+server of a local folder that can misbehave on purpose (drop the connection mid-object, answer 5xx,
+answer slowly, stall, send a truncated or an altered object). Both stop by themselves."""
+from __future__ import annotations
+
+import collections
+import http.server
+import logging
+import os
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any, Deque, Dict, Optional
+
+#: What a fault does to one GET of an object.
+FAULTS = ("drop", "500", "503", "slow", "stall", "truncate", "alter", "extend", "404")
+#: Longest a stalled answer holds its connection (the server's threads end by themselves).
+STALL_SECONDS = 20.0
+
+
+class FaultyFolderServer:
+    """Serves the files under root at http://127.0.0.1:PORT/<relative path> (GET and HEAD).
+    fail(rel, fault, times) makes the next `times` GETs of rel misbehave (times=None: every GET);
+    gets[rel] counts the GETs of each path; delay adds seconds to every GET."""
+
+    def __init__(self, root: Path, delay: float = 0.0) -> None:
+        self.root = Path(root).resolve()
+        self.delay = delay
+        self.faults: Dict[str, Deque[str]] = collections.defaultdict(collections.deque)
+        self.always: Dict[str, str] = {}
+        self.gets: Dict[str, int] = collections.Counter()
+        self.authorizations: set = set()
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+        self.thread.start()
+
+    def fail(self, rel: str, fault: str, times: Optional[int] = 1) -> None:
+        assert fault in FAULTS, fault
+        with self.lock:
+            if times is None:
+                self.always[rel] = fault
+            else:
+                self.faults[rel].extend([fault] * times)
+
+    def heal(self) -> None:
+        with self.lock:
+            self.faults.clear()
+            self.always.clear()
+
+    def next_fault(self, rel: str) -> Optional[str]:
+        with self.lock:
+            self.gets[rel] += 1
+            if rel in self.always:
+                return self.always[rel]
+            queue = self.faults.get(rel)
+            return queue.popleft() if queue else None
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> "FaultyFolderServer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _handler(server: FaultyFolderServer) -> type:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _file(self) -> Optional[Path]:
+            rel = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).lstrip("/")
+            path = (server.root / rel).resolve()
+            if server.root not in path.parents or not path.is_file():
+                self.send_error(404)
+                return None
+            return path
+
+        def do_HEAD(self) -> None:
+            path = self._file()
+            if path is not None:
+                self._headers(path.stat().st_size)
+
+        def do_GET(self) -> None:
+            path = self._file()
+            if path is None:
+                return
+            rel = path.relative_to(server.root).as_posix()
+            server.authorizations.add(self.headers.get("Authorization"))
+            fault = server.next_fault(rel)
+            time.sleep(server.delay)
+            data = path.read_bytes()
+            if fault in ("500", "503", "404"):
+                self.send_error(int(fault))
+            elif fault == "truncate":
+                self._headers(len(data) // 2)
+                self.wfile.write(data[:len(data) // 2])
+            elif fault == "extend":
+                self._headers(2 * len(data))
+                self.wfile.write(data + data)
+            elif fault == "alter":
+                self._headers(len(data))
+                middle = len(data) // 2
+                self.wfile.write(data[:middle] + bytes([data[middle] ^ 0x01]) + data[middle + 1:])
+            elif fault in ("drop", "stall"):
+                self._headers(len(data))
+                self.wfile.write(data[:len(data) // 2])
+                self.wfile.flush()
+                if fault == "stall":
+                    server.stopping.wait(STALL_SECONDS)
+                self.close_connection = True
+            elif fault == "slow":
+                self._headers(len(data))
+                for start in range(0, len(data), max(1, len(data) // 8)):
+                    self.wfile.write(data[start:start + max(1, len(data) // 8)])
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            else:
+                self._headers(len(data))
+                self.wfile.write(data)
+
+        def _headers(self, length: int) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(length))
+            self.end_headers()
+
+    return Handler
+
+
+class S3Server:
+    """moto's threaded S3 server on 127.0.0.1 with fake credentials; options() are the
+    storage_options that reach it, env() the environment variables that do."""
+
+    KEY, SECRET = "AKIAMOTOTESTKEY", "moto-test-secret-value"
+
+    def __init__(self) -> None:
+        from moto.server import ThreadedMotoServer
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.server.start()
+        host, port = self.server.get_host_and_port()
+        self.endpoint = f"http://{host}:{port}"
+        self.buckets = 0
+
+    def options(self, **extra: Any) -> Dict[str, Any]:
+        return {"endpoint_url": self.endpoint, "key": self.KEY, "secret": self.SECRET, "skip_instance_cache": True,
+                **extra}
+
+    def env(self) -> Dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.KEY,
+                "AWS_SECRET_ACCESS_KEY": self.SECRET, "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def new_bucket(self) -> str:
+        import boto3
+        self.buckets += 1
+        name = f"bucket-{os.getpid()}-{self.buckets}"
+        boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.KEY,
+                     aws_secret_access_key=self.SECRET, region_name="us-east-1").create_bucket(Bucket=name)
+        return name
+
+    def keys(self, bucket: str) -> Dict[str, bytes]:
+        """Every object in the bucket: key -> bytes."""
+        import boto3
+        client = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.KEY,
+                              aws_secret_access_key=self.SECRET, region_name="us-east-1")
+        listed = client.list_objects_v2(Bucket=bucket).get("Contents", [])
+        return {item["Key"]: client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read() for item in listed}
+
+    def stop(self) -> None:
+        self.server.stop()
