@@ -15,8 +15,6 @@ shardkit.convert({src!r}, {dst!r}, label_column="label", samples_per_shard=5, qu
 assert shardkit.verify({dst!r}).ok
 with shardkit.open_dataset({dst!r}) as ds:
     ds[3]
-stream = shardkit.ShardStream({dst!r})
-next(iter(stream))
 print(sorted(name for name in ("fsspec", "s3fs", "gcsfs", "aiohttp") if name in sys.modules))
 """
 

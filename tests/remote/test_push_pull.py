@@ -15,7 +15,8 @@ from .conftest import files_of, table_dataset
 from .servers import S3Server
 
 
-def test_round_trip_through_s3_is_byte_identical(s3: S3Server, bucket: str, dataset_dir: Path, tmp_path: Path) -> None:
+def test_round_trip_through_s3_is_byte_identical(s3: S3Server, bucket: str, fmt: str, tmp_path: Path) -> None:
+    dataset_dir = table_dataset(tmp_path / "source", shards=4, fmt=fmt)
     url = f"s3://{bucket}/datasets/one"
     pushed = shardkit.push(str(dataset_dir), url, storage_options=s3.options())
     manifest = json.loads((dataset_dir / "manifest.json").read_text())
