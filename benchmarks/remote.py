@@ -1,0 +1,125 @@
+"""pull against a plain parallel fsspec get of the same objects, from servers on this machine.
+
+One generated dataset (a table of random float32 rows, about --mb megabytes in shards of
+--shard-size) is served by a local HTTP server (http.server, threads) and pushed to moto's S3
+server, both on 127.0.0.1. For each store, each repeat runs, interleaved:
+  * baseline: `fs.get(objects, local paths)`, fsspec's own parallel download of every shard and the
+    sample table, with nothing checked;
+  * pull: `shardkit.pull(URL, DST)`: the manifest, then every file fetched in parallel into a
+    temporary name, its size and sha256 checked, fsynced and renamed into place.
+Each contender writes into a fresh folder; medians of the rates are reported, and pull's rate as a
+ratio of the baseline's. Run from the repository root (the servers come from tests/remote):
+
+    PYTHONPATH=. python benchmarks/remote.py              # about 200 MB
+    PYTHONPATH=. python benchmarks/remote.py --mb 2000    # about 2 GB
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import shardkit
+from shardkit.manifest import load_manifest
+from tests.remote.servers import FaultyFolderServer, S3Server
+
+COLUMNS = 64
+
+
+def make_dataset(work: Path, megabytes: int, shard_size: str) -> Path:
+    """A table of random float32 rows (64 columns) converted into shards; kept between runs."""
+    dst = work / f"dataset-{megabytes}MB-{shard_size}"
+    if (dst / "manifest.json").exists():
+        return dst
+    rows = megabytes * 10 ** 6 // (COLUMNS * 4)
+    rng = np.random.default_rng(0)
+    src = work / f"table-{megabytes}MB.parquet"
+    columns = {f"c{n}": rng.random(rows, dtype=np.float32) for n in range(COLUMNS)}
+    columns["label"] = rng.integers(0, 10, rows).astype(np.int64)
+    pq.write_table(pa.table(columns), src, compression="none")
+    shardkit.convert(str(src), str(dst), label_column="label", shard_size=shard_size, order="source", quiet=True)
+    os.unlink(src)
+    return dst
+
+
+def dataset_files(dst: Path) -> List[str]:
+    """The files pull fetches and checks: every shard and the sample table."""
+    manifest = load_manifest(str(dst))
+    return list(manifest.shards.paths) + ([manifest.sample_table["path"]] if manifest.sample_table else [])
+
+
+def fsspec_get(url: str, options: Dict[str, Any], files: List[str], target: Path) -> None:
+    """The baseline: one fsspec get of every object, which fsspec runs concurrently."""
+    import fsspec.core
+    fs, root = fsspec.core.url_to_fs(url, **options)
+    (target / "shards").mkdir(parents=True)
+    fs.get([f"{root}/{rel}" for rel in files], [str(target / rel) for rel in files])
+
+
+def timed(run: Callable[[Path], None], work: Path) -> float:
+    target = work / "target"
+    shutil.rmtree(target, ignore_errors=True)
+    started = time.perf_counter()
+    run(target)
+    seconds = time.perf_counter() - started
+    shutil.rmtree(target, ignore_errors=True)
+    return seconds
+
+
+def compare(name: str, url: str, options: Dict[str, Any], files: List[str], total: int, work: Path,
+            repeat: int) -> None:
+    contenders: Dict[str, Callable[[Path], None]] = {
+        "fsspec get (baseline)": lambda target: fsspec_get(url, options, files, target),
+        "shardkit pull": lambda target: shardkit.pull(url, str(target), storage_options=options) and None,
+    }
+    seconds: Dict[str, List[float]] = {label: [] for label in contenders}
+    for _ in range(repeat):
+        for label, run in contenders.items():
+            seconds[label].append(timed(run, work))
+    base = total / statistics.median(seconds["fsspec get (baseline)"]) / 1e6
+    print(f"\n{name}: {total / 1e6:.0f} MB in {len(files)} objects, median of {repeat}")
+    print("| contender | MB/s | vs baseline |\n|---|---:|---:|")
+    for label, times in seconds.items():
+        rate = total / statistics.median(times) / 1e6
+        print(f"| {label} | {rate:.0f} | {rate / base:.2f}x |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=200, help="dataset size in MB (2000 for the 2 GB run)")
+    parser.add_argument("--shard-size", default="16MB")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "shardkit-bench-remote"))
+    parser.add_argument("--stores", default="http,s3", help="comma-separated: http, s3")
+    args = parser.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    dst = make_dataset(work, args.mb, args.shard_size)
+    files = dataset_files(dst)
+    total = sum((dst / rel).stat().st_size for rel in files)
+    stores = args.stores.split(",")
+    if "http" in stores:
+        with FaultyFolderServer(dst.parent) as server:
+            compare("HTTP (http.server on 127.0.0.1)", f"{server.url}/{dst.name}", {}, files, total, work,
+                    args.repeat)
+    if "s3" in stores:
+        s3 = S3Server()
+        try:
+            url = f"s3://{s3.new_bucket()}/ds"
+            shardkit.push(str(dst), url, storage_options=s3.options())
+            compare("S3 (moto's server on 127.0.0.1)", url, s3.options(), files, total, work, args.repeat)
+        finally:
+            s3.stop()
+
+
+if __name__ == "__main__":
+    main()
