@@ -18,7 +18,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List
+from typing import Any, Dict, List
 
 import pytest
 
@@ -115,20 +115,25 @@ def small_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("page", RUNNABLE, ids=lambda page: str(page.relative_to(REPO)))
 def test_page_blocks_run(page: Path, small_tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    src, dst = str(small_tree), str(tmp_path / "dst")
-    env = {**os.environ, "SRC": src, "DST": dst,
-           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
-    scope = {"SRC": src, "DST": dst, "__name__": "__docs__"}
+    scope: Dict[str, Any] = {}
     try:
-        for block in to_run(page):
-            if block.kind == "python":
-                exec(compile(block.code, block.where, "exec"), scope)
-                continue
-            done = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=tmp_path, env=env,
-                                  capture_output=True, text=True, timeout=300)
-            assert done.returncode == 0, f"{block.where} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+        run_blocks(to_run(page), tmp_path, {"SRC": str(small_tree), "DST": str(tmp_path / "dst")}, scope)
     finally:
         # A function a page defines holds the scope as its globals: a cycle that would keep the
         # page's DataLoader workers (persistent ones too) alive until the garbage collector runs.
         scope.clear()
         gc.collect()
+
+
+def run_blocks(blocks: List[Block], cwd: Path, names: Dict[str, str], scope: Dict[str, Any]) -> None:
+    """Run blocks in order in cwd: shell blocks see names as environment variables, Python blocks
+    see them as strings, in scope (one namespace for all of them, left filled for the caller)."""
+    env = {**os.environ, **names, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    scope.update(names, __name__="__docs__")
+    for block in blocks:
+        if block.kind == "python":
+            exec(compile(block.code, block.where, "exec"), scope)
+            continue
+        done = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{block.where} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
