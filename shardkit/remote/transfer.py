@@ -32,6 +32,7 @@ def run_bounded(function: Callable[[T], R], items: Iterable[T], in_flight: Optio
     with ThreadPoolExecutor(max_workers=max(1, in_flight or DEFAULT_IN_FLIGHT),
                             thread_name_prefix="shardkit-transfer") as pool:
         futures = [pool.submit(function, item) for item in items]
+        numbers = {future: number for number, future in enumerate(futures)}
         pending: Any = set(futures)
         try:
             while pending:
@@ -40,8 +41,7 @@ def run_bounded(function: Callable[[T], R], items: Iterable[T], in_flight: Optio
                     if future.exception() is not None:
                         raise _first_error(futures)
                     if on_done is not None:
-                        number = futures.index(future)
-                        on_done(items[number], future.result())
+                        on_done(items[numbers[future]], future.result())
         finally:
             for future in futures:
                 future.cancel()
