@@ -19,7 +19,7 @@ from ..errors import DestinationExistsError
 from ..integrity import SharedFolderSync, atomic_write_bytes, hash_file, json_bytes
 from ..manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME, Manifest, parse_manifest
 from ..remote.location import Location
-from ..remote.retry import exists, fetch_bytes
+from ..remote.retry import fetch_bytes, fetch_if_present
 from ..remote.transfer import download_checked, run_bounded
 from ..runtime.progress import Progress
 
@@ -139,8 +139,9 @@ def _pull_extras(location: Location, root: Path, manifest: Manifest) -> None:
         path = root / table["path"]
         if not _intact(path, table["size"], table["sha256"]):
             download_checked(location, table["path"], path, table["size"], table["sha256"])
-    if exists(location, SKIPPED_NAME):
-        atomic_write_bytes(root / SKIPPED_NAME, fetch_bytes(location, SKIPPED_NAME, MANIFEST_LIMIT))
+    skipped = fetch_if_present(location, SKIPPED_NAME, MANIFEST_LIMIT)
+    if skipped is not None:
+        atomic_write_bytes(root / SKIPPED_NAME, skipped)
 
 
 def _release(root: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from ..errors import CorruptShardError, DestinationExistsError
 from ..manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME, Manifest, load_manifest, parse_manifest
 from ..remote.location import Location
-from ..remote.retry import any_error, exists, fetch_bytes, retried
+from ..remote.retry import any_error, fetch_if_present, retried
 from ..remote.transfer import run_bounded, upload_bytes, upload_checked
 from ..runtime.progress import Progress
 from .pull import MANIFEST_LIMIT
@@ -91,9 +91,9 @@ def _files(root: Path, manifest: Manifest) -> List[Tuple[str, int, str]]:
 
 def _remote_manifest(location: Location) -> Optional[Tuple[str, Manifest]]:
     """(manifest_sha256, manifest) of the dataset at the URL now, or None where there is none."""
-    if not exists(location, MANIFEST_NAME):
+    text = fetch_if_present(location, MANIFEST_NAME, MANIFEST_LIMIT)
+    if text is None:
         return None
-    text = fetch_bytes(location, MANIFEST_NAME, MANIFEST_LIMIT)
     manifest = parse_manifest(text, location.name(MANIFEST_NAME))
     return json.loads(text)["manifest_sha256"], manifest
 

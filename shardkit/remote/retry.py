@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 from ..errors import RemoteError, ShardkitError
 from .location import Location
@@ -37,13 +37,26 @@ def retried(location: Location, rel: str, action: str, call: Callable[[], T]) ->
             raise
         except ShardkitError:
             raise
-        except BaseException as exc:
+        except BaseException as raised:
+            exc = unwrap(raised)
             if permanent(exc) or attempt == ATTEMPTS:
                 tries = f" (tried {attempt} times)" if attempt > 1 else ""
                 raise RemoteError(f"cannot {action}: {describe(exc, location)}{tries}",
                                   url=location.name(rel)) from None
             time.sleep(delay * 2 ** (attempt - 1) * (0.5 + random.random()))
     raise AssertionError("unreachable")
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The error that happened: fsspec's HTTP file system reports any failure to look an object up
+    (a refused connection, a timeout, a 5xx) as FileNotFoundError, with the real error as its cause
+    (a store's own "no such key" stays what it is)."""
+    cause = exc.__cause__
+    if not isinstance(exc, FileNotFoundError) or cause is None or isinstance(cause, FileNotFoundError):
+        return exc
+    status = getattr(cause, "status", None)
+    network = isinstance(cause, (OSError, TimeoutError)) and status is None
+    return cause if network or (isinstance(status, int) and status != 404) else exc
 
 
 def permanent(exc: BaseException) -> bool:
@@ -71,8 +84,24 @@ def describe(exc: BaseException, location: Location) -> str:
 
 def fetch_bytes(location: Location, rel: str, limit: int) -> bytes:
     """The whole object at rel (at most limit bytes: a larger one is refused before it is read)."""
-    def read() -> bytes:
-        size = location.fs.size(location.path(rel))
+    data = _fetch(location, rel, limit, missing_ok=False)
+    assert data is not None
+    return data
+
+
+def fetch_if_present(location: Location, rel: str, limit: int) -> Optional[bytes]:
+    """fetch_bytes, or None when the store says there is no such object."""
+    return _fetch(location, rel, limit, missing_ok=True)
+
+
+def _fetch(location: Location, rel: str, limit: int, missing_ok: bool) -> Optional[bytes]:
+    def read() -> Optional[bytes]:
+        try:
+            size = location.fs.size(location.path(rel))
+        except FileNotFoundError as exc:
+            if missing_ok and unwrap(exc) is exc:
+                return None
+            raise
         if size is not None and size > limit:
             raise ValueError(f"the object has {size} bytes, more than the {limit} accepted")
         data: bytes = location.fs.cat_file(location.path(rel))
@@ -80,11 +109,6 @@ def fetch_bytes(location: Location, rel: str, limit: int) -> bytes:
             raise ValueError(f"the object has {len(data)} bytes, more than the {limit} accepted")
         return data
     return retried(location, rel, "fetch", read)
-
-
-def exists(location: Location, rel: str) -> bool:
-    """Whether an object is at rel (retried like any call)."""
-    return bool(retried(location, rel, "look up", lambda: location.fs.exists(location.path(rel))))
 
 
 def any_error(call: Callable[[], Any]) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -97,3 +98,16 @@ def test_a_pull_killed_mid_shard_leaves_nothing_that_looks_complete(
     assert report.reused == 3 and report.fetched == 47
     assert files_of(dst) == files_of(table50)
     assert shardkit.verify(str(dst)).ok
+
+
+def test_a_server_that_is_down_is_retried_and_named(tmp_path: Path) -> None:
+    """fsspec reports a refused connection as a missing object; it is a network failure, tried
+    again and named as such. Mutation: the FileNotFoundError taken at its word."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(shardkit.RemoteError) as raised:
+        shardkit.pull(f"http://127.0.0.1:{port}/ds", str(tmp_path / "dst"))
+    message = str(raised.value)
+    assert message.startswith(f"http://127.0.0.1:{port}/ds/manifest.json: cannot fetch: ClientConnectorError")
+    assert message.endswith("(tried 4 times)") and not (tmp_path / "dst").exists()
