@@ -18,7 +18,7 @@ from typing import Any, Dict, Mapping, Optional
 from ..errors import DestinationExistsError
 from ..integrity import SharedFolderSync, atomic_write_bytes, hash_file, json_bytes
 from ..manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME, Manifest, parse_manifest
-from ..remote.location import Location
+from ..remote.location import RemoteLocation
 from ..remote.retry import fetch_bytes, fetch_if_present
 from ..remote.transfer import download_checked, run_bounded
 from ..runtime.progress import Progress
@@ -51,7 +51,7 @@ def pull(url: str, dst: str, *, storage_options: Optional[Mapping[str, Any]] = N
          in_flight: Optional[int] = None, quiet: bool = True) -> PullReport:
     """Copy the dataset at url into dst (empty, new, or a pull of the same dataset that stopped)."""
     started = time.monotonic()
-    location = Location(url, storage_options)
+    location = RemoteLocation(url, storage_options)
     text = fetch_bytes(location, MANIFEST_NAME, MANIFEST_LIMIT)
     manifest = parse_manifest(text, location.name(MANIFEST_NAME))
     digest = json.loads(text)["manifest_sha256"]
@@ -132,7 +132,7 @@ def _intact(path: Path, size: int, sha256: str) -> bool:
     return False
 
 
-def _pull_extras(location: Location, root: Path, manifest: Manifest) -> None:
+def _pull_extras(location: RemoteLocation, root: Path, manifest: Manifest) -> None:
     """The sample table (checked like a shard) and skipped.jsonl (no checksum: a list for people)."""
     table = manifest.sample_table
     if table is not None:

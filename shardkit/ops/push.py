@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ..errors import CorruptShardError, DestinationExistsError
 from ..manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME, Manifest, load_manifest, parse_manifest
-from ..remote.location import Location
+from ..remote.location import RemoteLocation
 from ..remote.retry import any_error, fetch_if_present, retried
 from ..remote.transfer import run_bounded, upload_bytes, upload_checked
 from ..runtime.progress import Progress
@@ -50,7 +50,7 @@ def push(dst: str, url: str, *, storage_options: Optional[Mapping[str, Any]] = N
                                 f"{checked.problems[0].message}; nothing was pushed", path=dst)
     root = Path(dst)
     text = (root / MANIFEST_NAME).read_bytes()
-    location = Location(url, storage_options)
+    location = RemoteLocation(url, storage_options)
     old = _remote_manifest(location)
     report = PushReport(dst=dst, url=location.shown, num_shards=len(manifest.shards), uploaded=0,
                         bytes_uploaded=0, replaced=old is not None, seconds=0.0)
@@ -89,7 +89,7 @@ def _files(root: Path, manifest: Manifest) -> List[Tuple[str, int, str]]:
     return files
 
 
-def _remote_manifest(location: Location) -> Optional[Tuple[str, Manifest]]:
+def _remote_manifest(location: RemoteLocation) -> Optional[Tuple[str, Manifest]]:
     """(manifest_sha256, manifest) of the dataset at the URL now, or None where there is none."""
     text = fetch_if_present(location, MANIFEST_NAME, MANIFEST_LIMIT)
     if text is None:
@@ -98,7 +98,7 @@ def _remote_manifest(location: Location) -> Optional[Tuple[str, Manifest]]:
     return json.loads(text)["manifest_sha256"], manifest
 
 
-def _remove_unlisted(location: Location, old: Manifest, new: Manifest) -> None:
+def _remove_unlisted(location: RemoteLocation, old: Manifest, new: Manifest) -> None:
     """After a replacement, the old dataset's shards the new manifest does not list (best effort:
     only files the old manifest names, never anything else at the URL)."""
     listed = set(new.shards.paths)

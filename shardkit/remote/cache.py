@@ -1,4 +1,4 @@
-"""ShardCache: the local copies of a remote dataset's shards that reads go through.
+"""RemoteShardCache: the local copies of a remote dataset's shards that reads go through.
 
 A shard is fetched on its first use, checked (size and sha256 against the manifest) before it
 gets its name in the cache, shared by every process of the machine that uses the same cache
@@ -17,7 +17,7 @@ from ..integrity import fsync_path
 from ..manifest import Manifest
 from ..units import format_size, parse_size
 from .cache_folder import CacheFolder, discard, object_name
-from .location import Location
+from .location import RemoteLocation
 from .transfer import fetch_into
 
 #: Shards waiting to be prefetched at most; further requests are dropped until some are done.
@@ -26,7 +26,7 @@ PREFETCH_QUEUE = 8
 PREFETCH_THREADS = 2
 
 
-class ShardCache:
+class RemoteShardCache:
     """Local, checked copies of the shards of the dataset at url, in cache_dir, under cache_limit
     bytes ("10GB" accepted) plus the shards being read. local_path(shard) gives a shard's file and
     pins it for this process until release(shard) (or close()); prefetch(shards) fetches ahead.
@@ -36,7 +36,7 @@ class ShardCache:
                  storage_options: Optional[Mapping[str, Any]] = None) -> None:
         self.url, self.cache_dir, self.manifest = url, os.fspath(cache_dir), manifest
         self.storage_options = dict(storage_options or {})
-        self.location = Location(url, self.storage_options)
+        self.location = RemoteLocation(url, self.storage_options)
         self.limit = parse_size(cache_limit)
         largest = int(manifest.shards.sizes.max()) if len(manifest.shards) else 0
         if self.limit < largest:
@@ -122,7 +122,7 @@ class ShardCache:
         for fd, _ in pins.values():
             os.close(fd)
 
-    def __enter__(self) -> "ShardCache":
+    def __enter__(self) -> "RemoteShardCache":
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -190,5 +190,5 @@ class ShardCache:
                 self._queued.discard(shard)
 
 
-def _rebuild(url: str, cache_dir: str, limit: int, manifest: Manifest, options: Dict[str, Any]) -> ShardCache:
-    return ShardCache(url, cache_dir, limit, manifest, storage_options=options)
+def _rebuild(url: str, cache_dir: str, limit: int, manifest: Manifest, options: Dict[str, Any]) -> RemoteShardCache:
+    return RemoteShardCache(url, cache_dir, limit, manifest, storage_options=options)

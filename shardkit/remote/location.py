@@ -25,7 +25,7 @@ def is_url(text: str) -> bool:
     return "://" in text
 
 
-class Location:
+class RemoteLocation:
     """A folder of objects: the dataset at a URL. fs and root are made on first use in each
     process (fsspec's file systems hold event loops and sockets that never cross a fork); the
     object pickles with its URL and options."""
@@ -74,10 +74,10 @@ class Location:
         return self._opened[1], self._opened[2]
 
     def __reduce__(self) -> Any:
-        return (Location, (self.given, self.options))
+        return (RemoteLocation, (self.given, self.options))
 
     def __repr__(self) -> str:
-        return f"Location({self.shown!r})"
+        return f"RemoteLocation({self.shown!r})"
 
 
 def redact_url(url: str) -> str:

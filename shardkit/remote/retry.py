@@ -8,7 +8,7 @@ import time
 from typing import Any, Callable, Optional, TypeVar
 
 from ..errors import RemoteError, ShardkitError
-from .location import Location
+from .location import RemoteLocation
 
 T = TypeVar("T")
 
@@ -26,7 +26,7 @@ class Mismatch(ValueError):
     connection that broke or a proxy that mangled once may not do so again."""
 
 
-def retried(location: Location, rel: str, action: str, call: Callable[[], T]) -> T:
+def retried(location: RemoteLocation, rel: str, action: str, call: Callable[[], T]) -> T:
     """call(), tried up to ATTEMPTS times while it fails transiently; RemoteError('<url>: cannot
     <action>: <detail>') once it fails for good."""
     delay = float(os.environ.get("SHARDKIT_RETRY_DELAY", BASE_DELAY))
@@ -68,7 +68,7 @@ def permanent(exc: BaseException) -> bool:
     return isinstance(status, int) and 400 <= status < 500 and status not in (408, 429)
 
 
-def describe(exc: BaseException, location: Location) -> str:
+def describe(exc: BaseException, location: RemoteLocation) -> str:
     """What went wrong, in a few words, with no credential in it."""
     if isinstance(exc, FileNotFoundError):
         return "no such object"
@@ -82,19 +82,19 @@ def describe(exc: BaseException, location: Location) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def fetch_bytes(location: Location, rel: str, limit: int) -> bytes:
+def fetch_bytes(location: RemoteLocation, rel: str, limit: int) -> bytes:
     """The whole object at rel (at most limit bytes: a larger one is refused before it is read)."""
     data = _fetch(location, rel, limit, missing_ok=False)
     assert data is not None
     return data
 
 
-def fetch_if_present(location: Location, rel: str, limit: int) -> Optional[bytes]:
+def fetch_if_present(location: RemoteLocation, rel: str, limit: int) -> Optional[bytes]:
     """fetch_bytes, or None when the store says there is no such object."""
     return _fetch(location, rel, limit, missing_ok=True)
 
 
-def _fetch(location: Location, rel: str, limit: int, missing_ok: bool) -> Optional[bytes]:
+def _fetch(location: RemoteLocation, rel: str, limit: int, missing_ok: bool) -> Optional[bytes]:
     def read() -> Optional[bytes]:
         try:
             size = location.fs.size(location.path(rel))

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, List, Optional, TypeVar
 
 from ..errors import CorruptShardError
 from ..integrity import FolderSync, create_new, fsync_path, hash_file, hash_shard_file, temp_path
-from .location import Location
+from .location import RemoteLocation
 from .retry import Mismatch, retried
 
 T = TypeVar("T")
@@ -58,7 +58,7 @@ def _first_error(futures: List["Future[Any]"]) -> BaseException:
     return RuntimeError("a transfer failed")
 
 
-def download_checked(location: Location, rel: str, final: Path, size: int, sha256: str,
+def download_checked(location: RemoteLocation, rel: str, final: Path, size: int, sha256: str,
                      folder_sync: FolderSync = fsync_path) -> None:
     """Fetch the object at rel into final, once its size and sha256 equal the manifest's; retried.
     A failure leaves nothing at final and no temporary file."""
@@ -72,14 +72,14 @@ def download_checked(location: Location, rel: str, final: Path, size: int, sha25
         _remove(tmp)
 
 
-def fetch_into(location: Location, rel: str, tmp: Path, size: int, sha256: str) -> None:
+def fetch_into(location: RemoteLocation, rel: str, tmp: Path, size: int, sha256: str) -> None:
     """Fill the existing file tmp with the object at rel, retried until its size and sha256 equal
     the manifest's, and fsync it; RemoteError if it never does (tmp then holds no good copy)."""
     retried(location, rel, "fetch", lambda: _fetch_once(location, rel, tmp, size, sha256))
     fsync_path(tmp)
 
 
-def _fetch_once(location: Location, rel: str, tmp: Path, size: int, sha256: str) -> None:
+def _fetch_once(location: RemoteLocation, rel: str, tmp: Path, size: int, sha256: str) -> None:
     """One try: the object written over tmp's content, then its size and hash checked."""
     location.fs.get_file(location.path(rel), str(tmp), callback=size_guard(size))
     received = os.stat(tmp).st_size
@@ -103,7 +103,7 @@ def size_guard(size: int) -> Any:
     return SizeGuard()
 
 
-def upload_checked(location: Location, local: Path, root: Path, rel: str, size: int, sha256: str) -> None:
+def upload_checked(location: RemoteLocation, local: Path, root: Path, rel: str, size: int, sha256: str) -> None:
     """Send local (a regular file inside root, hashed first) to rel, then check the object's size."""
     if hash_shard_file(local, root, size) != sha256:
         raise CorruptShardError("changed since it was verified: its sha256 differs from the manifest; "
@@ -117,7 +117,7 @@ def upload_checked(location: Location, local: Path, root: Path, rel: str, size: 
     retried(location, rel, "upload", put)
 
 
-def upload_bytes(location: Location, rel: str, data: bytes) -> None:
+def upload_bytes(location: RemoteLocation, rel: str, data: bytes) -> None:
     """Write a small object (the manifest) in one request, retried."""
     retried(location, rel, "upload", lambda: location.fs.pipe_file(location.path(rel), data))
 

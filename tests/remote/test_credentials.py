@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import shardkit
 from shardkit.cli import main
-from shardkit.remote.location import Location, redact_url
+from shardkit.remote.location import RemoteLocation, redact_url
 
 from .conftest import table_dataset
 from .servers import FaultyFolderServer, S3Server
@@ -70,12 +70,12 @@ def test_cli_error_is_one_line_without_the_secret(s3: S3Server, bucket: str, tmp
 
 
 def test_scrub_and_redact_remove_every_credential() -> None:
-    location = Location(f"s3://{KEY}:{SECRET}@bucket/path",
-                        {"client_kwargs": {"aws_session_token": "tok-en-value"}, "endpoint_url": "http://e:1"})
+    location = RemoteLocation(f"s3://{KEY}:{SECRET}@bucket/path",
+                              {"client_kwargs": {"aws_session_token": "tok-en-value"}, "endpoint_url": "http://e:1"})
     text = f"denied for {KEY} with {SECRET} and tok-en-value at http://e:1"
     assert location.scrub(text) == "denied for *** with *** and *** at http://e:1"
     assert location.shown == "s3://bucket/path"
     assert redact_url("https://u:p@host/a?X-Amz-Signature=abc&x=1") == "https://host/a?X-Amz-Signature=***&x=***"
     with pytest.raises(shardkit.UsageError, match="credentials in a gs:// URL") as raised:
-        Location(f"gs://{KEY}:{SECRET}@bucket/path")
+        RemoteLocation(f"gs://{KEY}:{SECRET}@bucket/path")
     assert SECRET not in str(raised.value)

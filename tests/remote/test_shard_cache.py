@@ -1,4 +1,4 @@
-"""ShardCache against a local HTTP server: checked copies, one download per shard for all the
+"""RemoteShardCache against a local HTTP server: checked copies, one download per shard for all the
 processes of a machine, eviction under the limit that never touches a shard in use, and no hang
 or half file after a downloader is killed."""
 from __future__ import annotations
@@ -16,16 +16,16 @@ import pytest
 
 import shardkit
 from shardkit.manifest import Manifest, load_manifest
-from shardkit.remote.cache import ShardCache
+from shardkit.remote.cache import RemoteShardCache
 
 from .servers import FaultyFolderServer
 
 CHILD = """
 import os, sys, time
 from shardkit.manifest import Manifest, load_manifest
-from shardkit.remote.cache import ShardCache
+from shardkit.remote.cache import RemoteShardCache
 url, cache_dir, limit, local, start, order, hold = sys.argv[1:8]
-cache = ShardCache(url, cache_dir, int(limit), load_manifest(local))
+cache = RemoteShardCache(url, cache_dir, int(limit), load_manifest(local))
 while not os.path.exists(start):
     time.sleep(0.01)
 for shard in map(int, order.split(",")):
@@ -70,8 +70,8 @@ def test_a_limit_below_one_shard_is_refused_when_the_cache_is_made(served: Fault
     manifest = load_manifest(str(table50))
     largest = int(manifest.shards.sizes.max())
     with pytest.raises(shardkit.UsageError, match=f"below the largest shard .*{largest} bytes"):
-        ShardCache(served.url + "/ds", str(tmp_path / "cache"), largest - 1, manifest)
-    assert ShardCache(served.url + "/ds", str(tmp_path / "cache"), "10GB", manifest).limit == 10 ** 10
+        RemoteShardCache(served.url + "/ds", str(tmp_path / "cache"), largest - 1, manifest)
+    assert RemoteShardCache(served.url + "/ds", str(tmp_path / "cache"), "10GB", manifest).limit == 10 ** 10
     assert served.gets == {}
 
 
@@ -82,7 +82,7 @@ def test_an_epoch_in_order_under_a_two_shard_limit(served: FaultyFolderServer, t
     sizes = manifest.shards.sizes
     limit = int(sizes[:2].sum())
     cache_dir = tmp_path / "cache"
-    with ShardCache(served.url + "/ds", str(cache_dir), limit, manifest) as cache:
+    with RemoteShardCache(served.url + "/ds", str(cache_dir), limit, manifest) as cache:
         for shard in range(50):
             cache.prefetch([shard + 1, shard + 2][:max(0, 49 - shard)])
             path = cache.local_path(shard)
@@ -117,8 +117,8 @@ def test_a_shard_pinned_by_another_process_is_never_evicted(served: FaultyFolder
     holder = _child(served, tmp_path / "cache", limit, table50, start, [0], hold="hold")
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "done"
-        pinned = ShardCache(served.url + "/ds", str(tmp_path / "cache"), limit, manifest).local_path(0)
-        with ShardCache(served.url + "/ds", str(tmp_path / "cache"), limit, manifest) as cache:
+        pinned = RemoteShardCache(served.url + "/ds", str(tmp_path / "cache"), limit, manifest).local_path(0)
+        with RemoteShardCache(served.url + "/ds", str(tmp_path / "cache"), limit, manifest) as cache:
             for shard in range(1, 10):
                 cache.local_path(shard)
                 cache.release(shard)
@@ -134,7 +134,7 @@ def test_a_killed_downloader_neither_blocks_others_nor_leaves_a_file_taken_for_c
     Mutations: download straight to the object's name; a waiter that never takes over."""
     manifest, rel, cache_dir, killed = _stalled_download(served, table50, tmp_path, 7)
     got: List[str] = []
-    cache = ShardCache(served.url + "/ds", str(cache_dir), 10 ** 9, manifest)
+    cache = RemoteShardCache(served.url + "/ds", str(cache_dir), 10 ** 9, manifest)
     assert cache.location.fs is not None        # its client is ready: a GET of its own would go out at once
     waiter = threading.Thread(target=lambda: got.append(cache.local_path(7)))
     waiter.start()
@@ -156,7 +156,7 @@ def test_a_killed_download_is_not_taken_for_complete_by_a_later_run(
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait()
     assert list(cache_dir.rglob("*.tmp-*"))       # the download's leftover, under a temporary name
-    with ShardCache(served.url + "/ds", str(cache_dir), 10 ** 9, manifest) as cache:
+    with RemoteShardCache(served.url + "/ds", str(cache_dir), 10 ** 9, manifest) as cache:
         assert cache.usage() == 0           # the dead download's leftovers are neither counted nor kept
         path = cache.local_path(3)
         assert Path(path).read_bytes() == (table50 / manifest.shards.paths[3]).read_bytes()
@@ -167,7 +167,7 @@ def test_a_damaged_object_never_enters_the_cache(served: FaultyFolderServer, tab
     manifest = load_manifest(str(table50))
     rel = f"ds/{manifest.shards.paths[5]}"
     served.fail(rel, "alter", times=None)
-    with ShardCache(served.url + "/ds", str(tmp_path / "cache"), 10 ** 9, manifest) as cache:
+    with RemoteShardCache(served.url + "/ds", str(tmp_path / "cache"), 10 ** 9, manifest) as cache:
         with pytest.raises(shardkit.RemoteError) as raised:
             cache.local_path(5)
         assert str(raised.value).startswith(f"{served.url}/{rel}: cannot fetch: its sha256 differs")
@@ -177,7 +177,7 @@ def test_a_damaged_object_never_enters_the_cache(served: FaultyFolderServer, tab
 
 def test_prefetch_fetches_in_the_background(served: FaultyFolderServer, table50: Path, tmp_path: Path) -> None:
     manifest = load_manifest(str(table50))
-    with ShardCache(served.url + "/ds", str(tmp_path / "cache"), 10 ** 9, manifest) as cache:
+    with RemoteShardCache(served.url + "/ds", str(tmp_path / "cache"), 10 ** 9, manifest) as cache:
         cache.prefetch([0, 1, 2])
         wanted = int(manifest.shards.sizes[:3].sum())
         deadline = time.monotonic() + 60
