@@ -1,9 +1,11 @@
 """Manifest and ShardEntry: the dataset's table of contents, saved last and atomically."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -12,7 +14,8 @@ from .errors import ForeignShardError, ManifestError, NotADatasetError
 from .integrity import HASH_ALGORITHM, PathLike, atomic_write_json
 from .sample_table import check_entry
 from .schema import SampleSchema
-from .shard_table import SHARDS_DIR, ShardEntry, ShardTable, canonical_text, check_relative_path, plain_columns
+from .shard_table import (MIN_SAMPLE_BYTES, SHARDS_DIR, ShardEntry, ShardTable, canonical_text, check_relative_path,
+                          check_shard_count, plain_columns)
 
 MANIFEST_NAME = "manifest.json"
 SKIPPED_NAME = "skipped.jsonl"
@@ -21,6 +24,11 @@ SKIPPED_NAME = "skipped.jsonl"
 RUN_SUMMARY_KEYS = ("converted", "skipped", "bytes", "detected", "samples_per_class")
 #: Version of the manifest layout itself (formats/manifest.schema.json).
 MANIFEST_VERSION = 1
+#: Largest manifest.json read (a million shards take about 250 MB): a larger file is refused
+#: before it is parsed, which would cost several times its size in memory.
+MAX_MANIFEST_BYTES = 256 << 20
+#: Most characters of a class name (a folder name, a label value); a manifest is untrusted input.
+MAX_NAME_CHARS = 1 << 16
 
 __all__ = ["MANIFEST_NAME", "MANIFEST_VERSION", "RUN_SUMMARY_KEYS", "SHARDS_DIR", "SKIPPED_NAME", "Manifest",
            "ShardEntry", "ShardTable", "check_relative_path", "load_manifest", "manifest_path", "parse_manifest"]
@@ -108,6 +116,7 @@ class Manifest:
             raise ManifestError(f"manifest version {version} is newer than this shardkit reads "
                                 f"({MANIFEST_VERSION}); upgrade shardkit", path=where)
         body = {key: value for key, value in data.items() if key != "manifest_sha256"}
+        check_shard_count(body.get("shards"), where)
         columns = plain_columns(body.get("shards"))
         if data.get("manifest_sha256") != _body_checksum(body, columns):
             raise ManifestError("manifest content does not match its manifest_sha256 "
@@ -118,12 +127,13 @@ class Manifest:
                 format_name=str(fmt["name"]), format_version=int(fmt["version"]),
                 schema=SampleSchema.from_dict(data["schema"]),
                 shards=ShardTable.from_dicts(data["shards"]) if columns is None else ShardTable.from_columns(columns),
-                classes=[str(name) for name in data.get("classes", [])],
+                classes=_class_names(data.get("classes", []), where),
                 source=dict(data.get("source", {})), format_options=dict(data.get("format_options", {})),
                 created=str(data.get("created", "")), shardkit_version=str(data.get("shardkit_version", "")),
                 part=data.get("part"), order=data.get("order"),
                 dataset_id=None if data.get("dataset_id") is None else str(data["dataset_id"]))
-        except ManifestError:
+        except ManifestError as exc:
+            exc.path = exc.path or where        # a shard entry's own check does not know the file
             raise
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"malformed manifest ({type(exc).__name__}: {exc})", path=where) from None
@@ -133,8 +143,12 @@ class Manifest:
         return manifest
 
     def check_consistency(self, where: str = MANIFEST_NAME) -> None:
-        """Shard indices must be contiguous and shard paths unique."""
-        self.shards.check_consistency(where)
+        """Each shard's count within what its size holds (MIN_SAMPLE_BYTES a sample, plus the row
+        of an uncompressed fixed-shape sample, which every format stores as it is), the total
+        within MAX_SAMPLES, shard indices contiguous and shard paths unique."""
+        schema = self.schema
+        rows = schema.sample_nbytes if schema.is_array and schema.compression == "none" else 0
+        self.shards.check_consistency(where, MIN_SAMPLE_BYTES + min(rows, 1 << 62))
 
     def check_identity(self, shard_id: Optional[str], path: str, shard: int) -> None:
         """Raise ForeignShardError unless a shard carries this dataset's identity (a shard of an older
@@ -145,6 +159,16 @@ class Manifest:
     def save(self, dst: PathLike) -> None:
         """Write DST/manifest.json atomically (it marks the dataset complete)."""
         atomic_write_json(Path(dst) / MANIFEST_NAME, self.to_dict())
+
+
+def _class_names(names: Any, where: str) -> List[str]:
+    """The manifest's class names: a list of strings of at most MAX_NAME_CHARS each."""
+    if not isinstance(names, list):
+        raise ManifestError(f"classes must be a list, not {type(names).__name__}", path=where)
+    texts = [str(name) for name in names]
+    if any(len(text) > MAX_NAME_CHARS for text in texts):
+        raise ManifestError(f"a class name is longer than {MAX_NAME_CHARS} characters", path=where)
+    return texts
 
 
 def _body_checksum(body: Dict[str, Any], columns: Optional[Dict[str, List[Any]]] = None) -> str:
@@ -169,15 +193,16 @@ def manifest_path(dst: PathLike) -> Path:
 
 
 def load_manifest(dst: PathLike) -> Manifest:
-    """Read DST/manifest.json; NotADatasetError if there is none, ManifestError if it is bad."""
+    """Read DST/manifest.json; NotADatasetError if there is none, ManifestError if it is bad (also
+    a link, a special file or one over MAX_MANIFEST_BYTES: it is opened O_NOFOLLOW inside DST)."""
     path = manifest_path(dst)
     if not os.path.isdir(dst):
         raise NotADatasetError("no such dataset directory", path=str(dst))
-    if not path.is_file():
-        raise NotADatasetError(f"not a shardkit dataset (no {MANIFEST_NAME}; "
-                               "an unfinished conversion can continue with --resume)", path=str(dst))
     try:
-        text = path.read_bytes()
+        text = _read_manifest_file(dst, path)
+    except FileNotFoundError:
+        raise NotADatasetError(f"not a shardkit dataset (no {MANIFEST_NAME}; "
+                               "an unfinished conversion can continue with --resume)", path=str(dst)) from None
     except OSError as exc:
         raise ManifestError(f"cannot read manifest ({exc})", path=str(path)) from None
     return parse_manifest(text, str(path))
@@ -185,7 +210,10 @@ def load_manifest(dst: PathLike) -> Manifest:
 
 def parse_manifest(text: bytes, where: str) -> Manifest:
     """A manifest from the bytes of a manifest.json (where: its path or URL, for messages), with
-    every check load_manifest makes; ManifestError if it is bad."""
+    every check load_manifest makes (at most MAX_MANIFEST_BYTES); ManifestError if it is bad."""
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"has {len(text)} bytes, more than the {MAX_MANIFEST_BYTES} a manifest may have",
+                            path=where)
     try:
         data = json.loads(text.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -193,3 +221,28 @@ def parse_manifest(text: bytes, where: str) -> Manifest:
     except RecursionError:
         raise ManifestError("cannot read manifest (nested too deeply)", path=where) from None
     return Manifest.from_dict(data, where=where)
+
+
+def _read_manifest_file(dst: PathLike, path: Path) -> bytes:
+    """The bytes of DST/manifest.json, opened relative to DST without following a link, once fstat
+    shows a regular file of at most MAX_MANIFEST_BYTES (judged before anything is read);
+    ManifestError otherwise, FileNotFoundError when there is none."""
+    folder = os.open(dst, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(MANIFEST_NAME, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0), dir_fd=folder)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ManifestError("is a symbolic link; shardkit reads only a regular file inside the dataset",
+                                path=str(path)) from None
+        raise
+    finally:
+        os.close(folder)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ManifestError("is not a regular file", path=str(path))
+        if info.st_size > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"has {info.st_size} bytes, more than the {MAX_MANIFEST_BYTES} a manifest may have",
+                                path=str(path))
+        return handle.read(MAX_MANIFEST_BYTES + 1)

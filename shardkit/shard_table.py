@@ -16,8 +16,19 @@ from .errors import ManifestError
 SHARDS_DIR = "shards"
 #: Field names of a shard entry, in the order the manifest lists them.
 FIELDS = ("path", "num_samples", "first_index", "size", "sha256")
+#: Most characters a shard path may have (Linux's PATH_MAX): a manifest is untrusted input.
+MAX_PATH_CHARS = 4096
+#: Most shards a manifest may list: 256 TB of 256 MB shards. A manifest claiming more is refused
+#: before any per-shard object or array is made.
+MAX_SHARDS = 1_000_000
+#: Most samples a manifest may claim in all (about 10^12): counts size every per-sample array a
+#: reader or sampler allocates, so a larger claim is refused before anything is allocated.
+MAX_SAMPLES = 1 << 40
+#: Fewest bytes a sample takes in a shard of any format: its label (int64) and CRC32 (uint32) are
+#: stored in the shard (formats/manifest.md); a shard's count may not claim more than its size holds.
+MIN_SAMPLE_BYTES = 12
 #: A shard path that check_relative_path accepts for sure: one plain name directly in shards/.
-_PLAIN_PATH = re.compile(r"shards/(?!\.\.?\Z)[^/\\:]+\Z")
+_PLAIN_PATH = re.compile(r"shards/(?!\.\.?\Z)[^/\\:\x00]{1,%d}\Z" % (MAX_PATH_CHARS - len("shards/")))
 
 
 @dataclass(frozen=True)
@@ -38,19 +49,27 @@ class ShardEntry:
     def from_dict(cls, data: Dict[str, Any]) -> "ShardEntry":
         """Inverse of to_dict; raises ManifestError on missing or mistyped fields."""
         try:
-            entry = cls(path=str(data["path"]), num_samples=int(data["num_samples"]),
-                        first_index=int(data["first_index"]), size=int(data["size"]),
-                        sha256=str(data["sha256"]))
+            entry = cls(path=str(data["path"]), num_samples=data["num_samples"], first_index=data["first_index"],
+                        size=data["size"], sha256=str(data["sha256"]))
         except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestError(f"manifest shard entry is malformed ({exc}): {data!r}") from None
+            raise ManifestError(f"manifest shard entry is malformed ({exc}): {_short(data)}") from None
         check_relative_path(entry.path)
-        if entry.num_samples < 0 or entry.size < 0 or entry.first_index < 0:
-            raise ManifestError(f"manifest shard entry has negative numbers: {data!r}")
+        for name in ("num_samples", "first_index", "size"):
+            value = getattr(entry, name)
+            if type(value) is not int:      # "1", 1.9 and true are not counts
+                raise ManifestError(f"manifest shard entry's {name} must be a whole JSON number, not "
+                                    f"{type(value).__name__} {_short(value)}", shard=_short(entry.path))
+            if not 0 <= value < 2 ** 63:
+                raise ManifestError(f"manifest shard entry's {name} {value} is negative or 2**63 or more",
+                                    shard=_short(entry.path))
         return entry
 
 
 def check_relative_path(path: str) -> None:
     """Refuse shard paths that could point outside DST (absolute, '..', backslashes)."""
+    if len(path) > MAX_PATH_CHARS or "\0" in path:
+        raise ManifestError(f"manifest names an unsafe shard path {_short(path)}: paths hold no NUL and at "
+                            f"most {MAX_PATH_CHARS} characters")
     norm = posixpath.normpath(path)
     if (not path or path.startswith("/") or "\\" in path or ":" in path
             or norm.startswith("..") or norm != path or not norm.startswith(SHARDS_DIR + "/")):
@@ -105,8 +124,10 @@ class ShardTable(Sequence[ShardEntry]):
                                                             self.first_index.tolist(), self.sizes.tolist(),
                                                             self.sha256s)]
 
-    def check_consistency(self, where: str) -> None:
-        """Shard indices must be contiguous and shard paths unique."""
+    def check_consistency(self, where: str, min_sample_bytes: int = MIN_SAMPLE_BYTES) -> None:
+        """Counts within what the shards' sizes hold (min_sample_bytes a sample) and MAX_SAMPLES
+        in all, shard indices contiguous and shard paths unique."""
+        self._check_counts(where, min_sample_bytes)
         expected = np.zeros(len(self), dtype=np.int64)
         np.cumsum(self.num_samples[:-1], out=expected[1:])
         wrong = np.flatnonzero(self.first_index != expected)
@@ -120,6 +141,21 @@ class ShardTable(Sequence[ShardEntry]):
                 if path in seen:
                     raise ManifestError("is listed twice", path=where, shard=path)
                 seen.add(path)
+
+    def _check_counts(self, where: str, min_sample_bytes: int) -> None:
+        """ManifestError for a shard claiming more samples than its claimed size can hold, or a
+        total past MAX_SAMPLES: checked before any per-sample array is allocated from the counts."""
+        counts = self.num_samples
+        over = np.flatnonzero(counts > self.sizes // max(1, min_sample_bytes))
+        if len(over):
+            number = int(over[0])
+            raise ManifestError(f"claims {int(counts[number])} samples in {int(self.sizes[number])} bytes, more "
+                                f"than it can hold at {min_sample_bytes} bytes a sample", path=where,
+                                shard=self.paths[number])
+        # counts of at most MAX_SAMPLES (2**40) each: a sum over millions of shards fits int64
+        total = int(counts.sum()) if (counts <= MAX_SAMPLES).all() else MAX_SAMPLES + 1
+        if total > MAX_SAMPLES:
+            raise ManifestError(f"claims more than {MAX_SAMPLES} samples in all", path=where)
 
     def joined(self, root: str) -> "JoinedPaths":
         """Each shard's path under root, made when asked for."""
@@ -168,6 +204,19 @@ class JoinedPaths(Sequence[str]):
         if isinstance(number, slice):
             return [os.path.join(self.root, path) for path in self.paths[number]]
         return os.path.join(self.root, self.paths[number])
+
+
+def check_shard_count(items: Any, where: str) -> None:
+    """ManifestError for a shard list longer than MAX_SHARDS, before any entry is looked at."""
+    if isinstance(items, list) and len(items) > MAX_SHARDS:
+        raise ManifestError(f"lists {len(items)} shards, more than the {MAX_SHARDS} a manifest may list",
+                            path=where)
+
+
+def _short(value: Any, limit: int = 100) -> str:
+    """repr(value), cut to about limit characters: an error message quotes untrusted text."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def plain_columns(items: Any) -> Optional[Dict[str, List[Any]]]:

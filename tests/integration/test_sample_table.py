@@ -115,7 +115,8 @@ def test_targets_come_from_the_table_only_while_its_sha256_matches(
 
 
 def test_a_manifest_claiming_a_huge_table_allocates_nothing_for_it(table_dataset: "tuple[Path, np.ndarray]") -> None:
-    """A resealed manifest may claim 10**12 samples and a table to match: the file's real size is
+    """A resealed manifest may claim 10**12 samples and a table to match (and a last shard large
+    enough to hold them, so that the manifest's own bounds pass): the table file's real size is
     checked before anything is sized from the claim."""
     from tests.faults.crafting import forge_manifest
     dst, _ = table_dataset
@@ -123,6 +124,7 @@ def test_a_manifest_claiming_a_huge_table_allocates_nothing_for_it(table_dataset
 
     def claim(data: dict) -> None:
         data["shards"][-1]["num_samples"] += extra
+        data["shards"][-1]["size"] += extra * 1024
         data["num_samples"] += extra
         data["sample_table"]["size"] += extra * ROW_DTYPE.itemsize
     forge_manifest(dst, claim)

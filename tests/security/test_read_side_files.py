@@ -11,7 +11,6 @@ from typing import Callable
 
 import pytest
 
-from tests.faults.crafting import forge_manifest
 from tests.faults.helpers import cli_env
 from tests.security.crafted import one_image_dataset
 
@@ -46,8 +45,6 @@ def test_links_and_special_files_are_refused_without_hanging(tmp_path: Path, rep
     dst = one_image_dataset(tmp_path, "pt")
     shard = dst / "shards" / "shard-00000.pt"
     replace(shard, tmp_path)
-    if replace is not to_outside_copy:          # reseal for what the file now looks like: 0 bytes
-        forge_manifest(dst, lambda data: data["shards"][0].update(size=0))
     result = subprocess.run([sys.executable, "-c", CHECK, str(dst)], env=cli_env(), capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr

@@ -72,8 +72,8 @@ def test_encoded_crc() -> None:
 
 def _manifest() -> Manifest:
     return Manifest(format_name="hdf5", format_version=1, schema=SampleSchema(kind="image"),
-                    shards=[ShardEntry("shards/shard-00000.h5", 10, 0, 100, "ab" * 32),
-                            ShardEntry("shards/shard-00001.h5", 5, 10, 50, "cd" * 32)],
+                    shards=[ShardEntry("shards/shard-00000.h5", 10, 0, 1000, "ab" * 32),
+                            ShardEntry("shards/shard-00001.h5", 5, 10, 500, "cd" * 32)],
                     classes=["a", "b"], created="2026-01-01T00:00:00+00:00")
 
 
@@ -82,7 +82,7 @@ def test_manifest_round_trip(tmp_path) -> None:
     manifest.save(tmp_path)
     loaded = load_manifest(tmp_path)
     assert loaded.to_dict() == manifest.to_dict()
-    assert loaded.num_samples == 15 and loaded.total_bytes == 150
+    assert loaded.num_samples == 15 and loaded.total_bytes == 1500
 
 
 def _rewrite(tmp_path, change) -> None:
