@@ -17,6 +17,7 @@ from ..schema import SampleSchema
 from .base import TableShardReader
 from .hdf5_layout import FORMAT_VERSION, MAX_EXPANSION
 from .hdf5_locator import FIRST_READ, Locator, describes, parse, read_head
+from .hdf5_chunks import InflatedChunks, chunk_infos
 from .hdf5_safety import check_self_contained, disable_filter_plugins
 from .keys import KeyTable
 from .locating import FileView, close_map, map_file, map_rows, opened
@@ -48,6 +49,7 @@ class HDF5Reader(TableShardReader):
         self._mmap: Optional[mmap.mmap] = None
         self._file: Any = None
         self._data: Any = None          # the h5py dataset of the payloads (None once mapped and closed)
+        self._inflated: Optional[InflatedChunks] = None     # compressed /data, read by bounded decoders
         self._key_datasets: Tuple[Any, ...] = ()
         self._keys: Optional[KeyTable] = None
         if located and self._open_located():
@@ -62,7 +64,7 @@ class HDF5Reader(TableShardReader):
         except (OSError, ValueError, RuntimeError) as exc:
             raise CorruptShardError(f"cannot open HDF5 shard ({short_error(exc)})", path=path) from None
         try:
-            check_self_contained(self._file)
+            check_self_contained(self._file, schema)
         except (ValueError, KeyError, OSError, RuntimeError) as exc:
             self.close()
             raise CorruptShardError(f"unsafe HDF5 shard: {short_error(exc)}", path=path) from None
@@ -253,6 +255,10 @@ class HDF5Reader(TableShardReader):
         run is served as a zero-copy view; one that straddles a gap is copied from its pieces.
         """
         dset = self._data
+        if dset.size and dset.chunks is not None and self._schema.compression != "none":
+            self._inflated = InflatedChunks(dset, self._schema.compression,
+                                            os.path.getsize(fd_path(self._fd, self._path)), self._path)
+            return
         if (dset.size == 0 or dset.chunks is None or dset.compression or dset.shuffle or dset.fletcher32
                 or dset.scaleoffset or tuple(dset.chunks[1:]) != tuple(dset.shape[1:])):
             return
@@ -262,16 +268,9 @@ class HDF5Reader(TableShardReader):
         count = -(-int(dset.shape[0]) // rows)
         where = np.full(count, -1, dtype=np.int64)
 
-        def note(info: Any) -> None:
+        for info in chunk_infos(dset.id):
             if info.size == chunk_bytes and info.filter_mask == 0:
                 where[info.chunk_offset[0] // rows] = info.byte_offset
-
-        dsid = dset.id
-        if hasattr(dsid, "chunk_iter"):
-            dsid.chunk_iter(note)
-        else:
-            for k in range(dsid.get_num_chunks()):
-                note(dsid.get_chunk_info(k))
         if where.min() < 0 or int(where.max()) + chunk_bytes > os.path.getsize(fd_path(self._fd, self._path)):
             return
         with opened(self._path, self._fd) as fd:
@@ -303,8 +302,8 @@ class HDF5Reader(TableShardReader):
 
     def _payload(self, index: int) -> Payload:
         if self._flat is None:
-            return self._data[index] if self._offsets is None else \
-                self._data[self._offsets[index]:self._offsets[index + 1]]
+            source = self._data if self._inflated is None else self._inflated      # both index as h5py does
+            return source[index] if self._offsets is None else source[self._offsets[index]:self._offsets[index + 1]]
         if self._offsets is None:
             chunk = index * self._row_bytes // self._chunk_bytes
             begin = self._shift[chunk] + index * self._row_bytes

@@ -12,7 +12,7 @@ import numpy as np
 from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
 from .base import ShardWriter
-from .hdf5_layout import ARRAY_CHUNK, BYTES_CHUNK, FORMAT_NAME, FORMAT_VERSION
+from .hdf5_layout import FORMAT_NAME, FORMAT_VERSION, chunk_limit
 from .hdf5_locator import locate, seal, userblock_size
 from .keys import KeyPacker
 from .packing import add_columns
@@ -126,10 +126,9 @@ class HDF5Writer(ShardWriter):
         self.abort()
 
     def _chunk_rows(self) -> int:
-        """Rows of /data per chunk before they are evened out (_chunking)."""
-        if self._schema.is_array:
-            return max(1, ARRAY_CHUNK[self._schema.compression] // max(1, self._schema.sample_nbytes))
-        return BYTES_CHUNK[self._schema.compression]
+        """Rows of /data per chunk before they are evened out (_chunking): as many as chunk_limit
+        holds, at least one."""
+        return max(1, chunk_limit(self._schema) // max(1, self._schema.sample_nbytes))
 
     def abort(self) -> None:
         """Drop the buffered samples: nothing reaches the file before close(), so there is

@@ -164,14 +164,16 @@ def test_a_shard_changed_with_h5py_is_read_through_h5py(tmp_path: Path) -> None:
 
 def test_verify_deep_reports_a_locator_that_disagrees_with_hdf5(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) \
         -> None:
-    monkeypatch.setitem(hdf5_layout.BYTES_CHUNK, "none", 64)
     src = golden_copy(tmp_path)
     with shardkit.open_dataset(src, decode=None) as ds:
         reader = ds.shard_cache.reader(0)
         samples = [Encoded(bytes(reader.read(i).payload), reader.read(i).label, reader.read(i).crc32, reader.key(i))
                    for i in range(len(reader))]
-    shard = rewrite_shard(src, samples)        # the same samples in chunks of 64 bytes
-    assert shardkit.verify(str(src), mode="deep").ok
+    with monkeypatch.context() as patch:       # written in chunks of 64 bytes, read with the usual limit
+        patch.setitem(hdf5_layout.BYTES_CHUNK, "none", 64)
+        shard = rewrite_shard(src, samples)
+    report = shardkit.verify(str(src), mode="deep")
+    assert report.ok, report.problems
     rewrite_locator(shard, lambda locator: locator.chunks.__setitem__(slice(0, 2), locator.chunks[1::-1]))
     reseal(src)
     report = shardkit.verify(str(src), mode="deep")

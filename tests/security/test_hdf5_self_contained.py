@@ -112,5 +112,5 @@ def test_no_filter_plugin_is_loaded(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-c", READ_ALL, str(dst)], env=env, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 3, result.stdout + result.stderr
-    assert "filter 32001" in result.stdout
+    assert "filter pipeline [32001]" in result.stdout
     assert not marker.exists(), "a filter plugin library was loaded"
