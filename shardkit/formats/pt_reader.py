@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import zipfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -21,25 +20,11 @@ from .locating import FileView, close_map, map_file, map_rows, opened
 from .packing import array_dtype, restore
 from .pt_layout import FORMAT_NAME, FORMAT_VERSION
 from .pt_locator import FIRST_READ, TENSORS, PTLocator, describes, read_locator
+from .pt_zip import check_zip_index
 
 #: The tensors of every version and (version 2 on) the key tensors, with their torch dtype names.
 _TENSORS = {"data": "uint8", "offsets": "int64", "raw_lengths": "int64", "labels": "int64", "crc32": "int64"}
 _KEY_TENSORS = {"keys": "uint8", "key_blocks": "int64"}
-
-
-def check_zip_index(path: str) -> None:
-    """Raise ValueError unless every entry of the .pt archive is stored uncompressed (as
-    torch.save writes them) and no larger than the file, read from the zip's central directory
-    before torch.load inflates anything: a deflated entry could be a zip bomb."""
-    size = os.path.getsize(path)
-    with zipfile.ZipFile(path) as archive:
-        for info in archive.infolist():
-            if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
-                raise ValueError(f"archive entry {info.filename!r} is compressed; torch.save stores entries "
-                                 "as they are")
-            if info.file_size > size:
-                raise ValueError(f"archive entry {info.filename!r} claims {info.file_size} bytes in a "
-                                 f"{size}-byte file")
 
 
 class PTReader(TableShardReader):
