@@ -258,7 +258,9 @@ class ShardFormat(abc.ABC):
         record or the shard is not so laid out; CorruptShardError when the record is damaged."""
         return None
 
-    def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None) -> Optional[str]:
+    def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None,
+                    fd: Optional[int] = None) -> Optional[str]:
         """verify --deep: what the format's own library finds wrong with a shard that its reader,
-        taking a shortcut, does not look at (None: nothing); CorruptShardError when it cannot open."""
+        taking a shortcut, does not look at (None: nothing); CorruptShardError when it cannot open.
+        fd: as for open_reader (the file is read through it, never reopened by path)."""
         return None

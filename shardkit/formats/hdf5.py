@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 
 from ..errors import UsageError
+from ..integrity import fd_path
 from ..schema import COMPRESSIONS, SampleSchema
 from .base import FormatOptions, ReadaheadOptions, ShardFormat, ShardReader, ShardWriter, readahead_by_size
 from .hdf5_layout import FORMAT_NAME, FORMAT_VERSION
@@ -86,25 +87,26 @@ class HDF5Format(ShardFormat):
         rows = FileRows(array_dtype(schema), tuple(schema.shape), locator.count, int(locator.chunks[0]), readahead)
         return Location(locator.count, locator.dataset_id, rows, locator.tables["labels"], locator.tables["crc32"])
 
-    def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None) -> Optional[str]:
+    def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None,
+                    fd: Optional[int] = None) -> Optional[str]:
         """Open the shard through h5py with every structure check, and compare its locator (when it
-        has one that describes the file) with the one HDF5's view of the file gives."""
-        HDF5Reader(path, schema, located=False).close()
-        with open(path, "rb") as handle:
-            raw = read_head(handle.fileno(), path)
-            size = os.fstat(handle.fileno()).st_size
-            data = handle.read() if raw is not None else b""
-        if raw is None:
-            return None
-        recorded = parse(raw, path, size)
-        if not describes(recorded, memoryview(data), size):
-            return None         # changed after it was written: readers ignore it and use h5py
-        with h5py.File(path, "r", locking=False) as shard:
-            try:
-                actual = locate(shard, recorded.mapped, _attr_text(shard.attrs.get("dataset_id")),
-                                recorded.userblock)
-            except (ValueError, KeyError, TypeError) as exc:
-                return f"locator describes data HDF5 does not hold ({short_error(exc)})"
+        has one that describes the file) with the one HDF5's view of the file gives; all through fd."""
+        HDF5Reader(path, schema, located=False, fd=fd).close()
+        with opened(path, fd) as descriptor:
+            raw = read_head(descriptor, path)
+            size = os.fstat(descriptor).st_size
+            data = os.pread(descriptor, size, 0) if raw is not None else b""
+            if raw is None:
+                return None
+            recorded = parse(raw, path, size)
+            if not describes(recorded, memoryview(data), size):
+                return None         # changed after it was written: readers ignore it and use h5py
+            with h5py.File(fd_path(descriptor, path), "r", locking=False) as shard:
+                try:
+                    actual = locate(shard, recorded.mapped, _attr_text(shard.attrs.get("dataset_id")),
+                                    recorded.userblock)
+                except (ValueError, KeyError, TypeError) as exc:
+                    return f"locator describes data HDF5 does not hold ({short_error(exc)})"
         problem = disagreement(recorded, actual)
         return None if problem is None else f"locator disagrees with the HDF5 structure: {problem}"
 

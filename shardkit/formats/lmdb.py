@@ -31,7 +31,7 @@ from .lmdb_layout import (CRCS_KEY, FORMAT_NAME, FORMAT_VERSION, LABELS_KEY, MAX
 from .lmdb_pages import find_values
 from .lmdb_reader import LMDBReader, parse_meta, peek
 from .lmdb_writer import LMDBWriter
-from .locating import FileRows, Location
+from .locating import FileRows, Location, opened
 from .packing import array_dtype, check_per_sample_compression
 
 
@@ -100,24 +100,22 @@ class LMDBFormat(ShardFormat):
         rows = FileRows(array_dtype(schema), tuple(schema.shape), count, offset, readahead)
         return Location(count, meta["dataset_id"], rows, labels, crcs)
 
-    def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None) -> Optional[str]:
+    def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None,
+                    fd: Optional[int] = None) -> Optional[str]:
         """Where locate finds the rows, labels and CRC32s from LMDB's pages, they must be the bytes
-        the lmdb library reads for them (a page structure can be made to say otherwise)."""
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        try:
-            location = self.locate(fd, os.fstat(fd).st_size, path, schema, options)
+        the lmdb library reads for them (a page structure can be made to say otherwise); all through fd."""
+        with opened(path, fd) as descriptor:
+            location = self.locate(descriptor, os.fstat(descriptor).st_size, path, schema, options)
             if location is None:
                 return None
-            reader = LMDBReader(path, schema, True, fd)
+            reader = LMDBReader(path, schema, True, descriptor)
             try:
                 rows = b"".join(np.ascontiguousarray(reader.read(i).payload).tobytes() for i in range(len(reader)))
                 tables = reader.tables()
             finally:
                 reader.close()
-            found = [os.pread(fd, size, offset) for offset, size in
+            found = [os.pread(descriptor, size, offset) for offset, size in
                      ((location.rows.offset, len(rows)), location.labels, location.crcs)]
-        finally:
-            os.close(fd)
         assert tables is not None
         expected = [rows, np.asarray(tables[0], "<i8").tobytes(), np.asarray(tables[1], "<u4").tobytes()]
         for name, got, want in zip(("rows", "labels", "CRC32s"), found, expected):

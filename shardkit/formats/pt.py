@@ -77,11 +77,12 @@ class PTFormat(ShardFormat):
         return Location(locator.count, locator.dataset_id, rows, locator.tables["labels"], locator.tables["crc32"],
                         "<i8")
 
-    def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None) -> Optional[str]:
+    def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None,
+                    fd: Optional[int] = None) -> Optional[str]:
         """Open the shard through torch.load with every check, and compare each tensor and field
-        with what the locator maps (when it has one that describes the file)."""
-        slow = PTReader(path, schema, located=False)
-        fast = PTReader(path, schema)
+        with what the locator maps (when it has one that describes the file); both through fd."""
+        slow = PTReader(path, schema, located=False, fd=fd)
+        fast = PTReader(path, schema, fd=fd)
         try:
             if fast._map is None:
                 return None

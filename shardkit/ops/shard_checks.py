@@ -112,7 +112,7 @@ class ShardCheck:
             self.against_sample_table(self.reader)
         if self.reader is not None and mode == "deep":
             try:
-                mismatch = fmt.cross_check(self.path, manifest.schema, options)
+                mismatch = fmt.cross_check(self.path, manifest.schema, options, fd)
             except CorruptShardError as exc:
                 mismatch = exc.after_file()
             if mismatch:

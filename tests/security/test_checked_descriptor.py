@@ -83,3 +83,31 @@ def test_the_library_path_reads_the_checked_file_too(golden: str, tmp_path: Path
         assert bytes(memoryview(reader.read(0).payload)) == bytes(memoryview(expected.payload))
     finally:
         reader.close()
+
+
+def test_verify_deep_cross_checks_the_checked_file_not_what_its_name_became(
+        writable_dataset: Path, fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify --deep compares the format library's view of a shard with its reader's through the
+    descriptor it checked and hashed: the shard's name moved away (and another file put there) after
+    that check changes nothing. The move is made at a fixed point, right after the reader opened.
+    (Mutation: cross_check opening the path again, as it did: the moved-in file is reported.)"""
+    fmt_object = get_format(fmt)
+    if fmt_object.crafted_files_crash:
+        pytest.skip("its shards are checked in child processes (isolation.py), which the fixed point does not reach")
+    manifest = load_manifest(writable_dataset)
+    target = str(writable_dataset / manifest.shards[1].path)
+    real_open = type(fmt_object).open_reader
+
+    def open_then_move(self, path, schema, options=None, fd=None):  # noqa: ANN001, ANN202 - the format's signature
+        reader = real_open(self, path, schema, options, fd)
+        if path == target and os.path.exists(target):
+            os.replace(target, tmp_path / "moved")
+            with open(target, "wb") as other:
+                other.write(b"not a shard" * 100)
+        return reader
+
+    monkeypatch.setattr(type(fmt_object), "open_reader", open_then_move)
+    report = shardkit.verify(str(writable_dataset), mode="deep", workers=1)
+    assert (tmp_path / "moved").exists()
+    assert report.ok, report.problems
+    assert report.samples_checked == manifest.num_samples
