@@ -6,54 +6,97 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, List
 
 import pytest
 
 import shardkit
 from shardkit.ops import verification
 from shardkit.formats import get_format
-from shardkit.formats.base import ShardFormat
-from shardkit.schema import SampleSchema
 
 
 def _paths(dst: Path) -> List[Path]:
     return [dst / entry["path"] for entry in json.loads((dst / "manifest.json").read_text())["shards"]]
 
 
-def test_quick_checks_what_peek_reports_without_opening_a_reader(writable_dataset: Path, fmt: str,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """peek()'s count and dataset_id are what quick compares with the manifest; no reader is opened."""
-    if get_format(fmt).crafted_files_crash:
-        pytest.skip("its shards are checked in child processes (isolation.py), which a patch here does not reach")
-    cls = type(get_format(fmt))
-    real_peek = cls.peek
-    names = [path.name for path in _paths(writable_dataset)]
+OTHER_ID = "f" * 32
 
-    def peek(self: Any, path: str, schema: SampleSchema, options: Any = None,
-             fd: Optional[int] = None) -> Tuple[int, Optional[str]]:
-        count, dataset_id = real_peek(self, path, schema, options, fd)
-        if path.endswith(names[1]):
-            return count + 1, dataset_id
-        if path.endswith(names[2]):
-            return count, "0" * 32
-        return count, dataset_id
 
-    def no_reader(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("verify --quick opened a reader")
+def _edit_hdf5(paths: List[Path]) -> None:
+    """Shard 1: its locator's dataset_id edited, the locator's CRC32 right, its metadata CRC32 not
+    the file's (a locator that does not describe the file: h5py is asked). Shard 2: the HDF5
+    dataset_id attribute changed with h5py, the locator left saying the old one. Shard 3: the
+    locator's dataset_id edited and every CRC32 made right (a locator that describes the file)."""
+    import h5py
+    from tests.formats.test_hdf5_locator import rewrite_locator
 
-    monkeypatch.setattr(cls, "peek", peek)
+    def stale(locator: Any) -> None:
+        locator.dataset_id, locator.meta_crc32 = OTHER_ID, locator.meta_crc32 ^ 1
+    rewrite_locator(paths[1], stale, fix_meta=False)
+    with h5py.File(paths[2], "r+") as handle:
+        handle.attrs["dataset_id"] = OTHER_ID
+    rewrite_locator(paths[3], lambda locator: setattr(locator, "dataset_id", OTHER_ID))
+
+
+def _edit_pt(paths: List[Path]) -> None:
+    """As for HDF5, in the archive comment's locator: shard 1's locator claims another dataset_id
+    with its own CRC32 right and its metadata CRC32 wrong; shard 3's with every CRC32 right."""
+    from tests.formats.test_pt_locator import rewrite_locator
+    rewrite_locator(paths[1], lambda locator: locator.fields.update(dataset_id=OTHER_ID), meta_flip=1)
+    rewrite_locator(paths[3], lambda locator: locator.fields.update(dataset_id=OTHER_ID))
+
+
+def _edit_lmdb(paths: List[Path]) -> None:
+    """Shard 1's metadata record claims one more sample, shard 2's is not JSON, shard 3's names
+    another dataset_id."""
+    import lmdb
+    from shardkit.formats.lmdb_layout import META_KEY
+
+    def edit(path: Path, change: Any) -> None:
+        env = lmdb.open(str(path), subdir=False, lock=False, map_size=path.stat().st_size + (1 << 20))
+        with env.begin(write=True) as txn:
+            txn.put(META_KEY, change(bytes(txn.get(META_KEY))))
+        env.sync(True)
+        env.close()
+
+    def meta(**fields: Any) -> Any:
+        return lambda raw: json.dumps(dict(json.loads(raw), **fields)).encode()
+    edit(paths[1], lambda raw: meta(num_samples=json.loads(raw)["num_samples"] + 1)(raw))
+    edit(paths[2], lambda raw: b"{not json" + raw[9:])
+    edit(paths[3], meta(dataset_id=OTHER_ID))
+
+
+#: For each format: how its shards 1-3 are crafted, and what --quick must report of them.
+CRAFTED = {
+    "hdf5": (_edit_hdf5, [("identity", 2), ("identity", 3)]),
+    "pt": (_edit_pt, [("identity", 3)]),
+    "lmdb": (_edit_lmdb, [("count", 1), ("structure", 2), ("identity", 3)]),
+}
+
+
+def test_quick_trusts_a_shard_record_only_while_it_describes_the_file(writable_dataset: Path, fmt: str) -> None:
+    """verify --quick takes count and identity from the record a format keeps of them (the
+    locator, LMDB's metadata record), never from a locator whose metadata CRC32 no longer matches
+    the file (a shard changed with h5py or torch after it was written): the format library is
+    asked then. Real crafted shards, resealed so that only these records differ.
+    Mutations: hdf5_reader.located or pt_reader.located returning a locator without `describes`
+    (shard 1 reports an identity it does not have; HDF5 shard 2 hides its real one);
+    lmdb_reader.peek taking the count from anything but the metadata record."""
+    from tests.faults.crafting import reseal
+    edit, expected = CRAFTED[fmt]
+    paths = _paths(writable_dataset)
+    edit(paths)
+    reseal(writable_dataset)
     report = shardkit.verify(str(writable_dataset), mode="quick", workers=1)
+    names = [path.name for path in paths]
     assert [(problem.kind, problem.shard) for problem in report.problems] == \
-        [("count", f"shards/{names[1]}"), ("identity", f"shards/{names[2]}")]
-    assert "holds 17 samples, manifest says 16" in report.problems[0].message
-    monkeypatch.setattr(cls, "peek", ShardFormat.peek)
-    monkeypatch.setattr(cls, "open_reader", no_reader)
-    with pytest.raises(AssertionError, match="opened a reader"):
-        shardkit.verify(str(writable_dataset), mode="quick", workers=1)   # the default peek opens one
-    monkeypatch.setattr(cls, "peek", lambda self, path, schema, options=None, fd=None: (16, None))
-    assert [p.kind for p in shardkit.verify(str(writable_dataset), mode="quick", workers=1).problems] == \
-        ["identity"] * len(names)
+        [(kind, f"shards/{names[number]}") for kind, number in expected], report.problems
+    if fmt == "lmdb":
+        assert "holds 17 samples, manifest says 16" in report.problems[0].message
+    assert all(OTHER_ID in problem.message for problem in report.problems if problem.kind == "identity")
+    # what a reader (verify's default) says of the same shards: the locators' claims are not the files'
+    full = shardkit.verify(str(writable_dataset), mode="full", workers=1)
+    assert ("identity", f"shards/{names[1]}") not in [(problem.kind, problem.shard) for problem in full.problems]
 
 
 def _damaged(writable_dataset: Path, dataset_dir: Path, image_tree: Path, tmp_path: Path, fmt: str) -> Path:
