@@ -49,13 +49,15 @@ class _Environments:
     child closes the ones it inherited (that unmaps only its own copy) before it opens its own."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Reentrant: a reader's finalizer (a dataset dropped without close) may release an
+        # environment while this thread is inside acquire, opening another (allocations run GC).
+        self._lock = threading.RLock()
         self._open: Dict[Tuple[int, int], List[Any]] = {}      # file -> [SharedEnv, users]
         self._forks = watch()
 
     def acquire(self, key: Tuple[int, int], opener: Any) -> SharedEnv:
         if self._forks != FORK_COUNT[0]:        # a new process: nothing of the parent's is ours
-            self._lock = threading.Lock()       # (a thread of the parent may have held the old one)
+            self._lock = threading.RLock()      # (a thread of the parent may have held the old one)
             for shared, _ in self._open.values():
                 shared.close_inherited()
             self._open, self._forks = {}, FORK_COUNT[0]

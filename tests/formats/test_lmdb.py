@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import struct
 import zlib
+from typing import Any
 from pathlib import Path
 
 import lmdb
@@ -370,3 +371,34 @@ def _names(fd: str, path: Path) -> bool:
         return os.readlink(f"/proc/self/fd/{fd}") == str(path)
     except OSError:
         return False
+
+
+class _Cycle:
+    """An object kept alive only by a reference cycle: freed by the cyclic garbage collector."""
+
+
+def test_a_reader_collected_while_another_environment_opens_does_not_deadlock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dataset dropped without close() leaves a reader whose finalizer gives its environment
+    back; the collector may run it while this thread is opening another environment."""
+    import gc
+    import threading
+    from shardkit.formats import lmdb_env
+    for name in ("a", "b"):
+        _write(tmp_path / f"{name}.lmdb", sized_samples(3, 100))
+    holder = _Cycle()
+    holder.self, holder.reader = holder, FMT.open_reader(str(tmp_path / "a.lmdb"), SCHEMA)
+    del holder
+    opening = lmdb_env.SharedEnv.__init__
+
+    def collecting(self: Any, *args: Any) -> None:      # the collector runs inside acquire
+        gc.collect()
+        opening(self, *args)
+    monkeypatch.setattr(lmdb_env.SharedEnv, "__init__", collecting)
+    done = threading.Event()
+
+    def open_b() -> None:
+        FMT.open_reader(str(tmp_path / "b.lmdb"), SCHEMA).close()
+        done.set()
+    threading.Thread(target=open_b, daemon=True).start()
+    assert done.wait(30), "opening an environment deadlocked on a finalizer"
