@@ -11,16 +11,18 @@ The epoch's order, on every rank alike (deterministic for seed and epoch):
 4. each reader shuffles its samples through a buffer of `shuffle_buffer` samples
    (seeded by seed, epoch, rank and worker), reading its shards sequentially.
 
-Mid-epoch resume: state_dict(batches_seen) after the training loop took that many batches of
-DataLoader(stream, batch_size=stream.batch_size, num_workers=W) in this epoch; a new stream given
-load_state_dict(state) yields exactly the batches that were still to come. DataLoader takes one
-batch from each worker in turn (skipping workers that have ended); that rule tells each worker how
-many of its samples were already consumed, and a new DataLoader's worker 0 takes the part of
-the worker whose turn was next.
+Mid-epoch resume: state_dict(batches_seen, num_workers) after the training loop took that many
+batches of DataLoader(stream, batch_size=stream.batch_size, num_workers=W) in this epoch; a new
+stream given load_state_dict(state) yields exactly the batches that were still to come. DataLoader
+takes one batch from each worker in turn (skipping workers that have ended); that rule tells each
+worker how many of its samples were already consumed, and a new DataLoader's worker 0 takes the
+part of the worker whose turn was next. Loaded on another number of ranks or workers (or with
+another batch size), the stream reads what the epoch has left instead: the order without every
+sample the old readers had given (read/stream_plan.py), cut again into blocks and parts.
 """
 from __future__ import annotations
 
-import math
+import itertools
 import os
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -29,9 +31,9 @@ import torch.utils.data
 
 from .dataset import open_dataset
 from ..errors import UsageError
-from .sampler import replica_and_rank
-
-Segment = Tuple[int, int]          # [start, stop) of global sample indices
+from .epochs import per_rank, rank_block, replica_and_rank
+from .stream_plan import (StreamLayer, buffer_order, checked_stream_layers, consumed_counts, layer_left,
+                          part_bounds, reader_rng)
 
 
 class ShardStream(torch.utils.data.IterableDataset):
@@ -47,123 +49,138 @@ class ShardStream(torch.utils.data.IterableDataset):
         self.shuffle, self.seed, self.shuffle_buffer = shuffle, int(seed), shuffle_buffer
         self.batch_size, self.num_replicas, self.rank, self.drop_last = batch_size, num_replicas, rank, drop_last
         self.epoch = 0
-        self._resume_batches = 0
-        total = len(self.dataset)
-        self.num_samples = total // num_replicas if drop_last else math.ceil(total / num_replicas)
+        self._layers: List[StreamLayer] = []      # restarts of this epoch on other ranks or workers
+        #: the loaded position: (ranks, workers or None, batches, batch size, drop_last)
+        self._current: Optional[Tuple[Any, ...]] = None
+        self.num_samples = per_rank(len(self.dataset), num_replicas, drop_last)
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch whose order the next iteration yields (also ends a pending resume)."""
         if int(epoch) != self.epoch:
-            self._resume_batches = 0
+            self._layers, self._current = [], None
         self.epoch = int(epoch)
 
     def __len__(self) -> int:
         return self.num_samples
 
-    def state_dict(self, batches_seen: int) -> Dict[str, Any]:
-        """Where this rank stands after taking `batches_seen` batches of this epoch."""
-        return {"epoch": self.epoch, "seed": self.seed, "batches_seen": int(batches_seen),
-                "batch_size": self.batch_size, "num_replicas": self.num_replicas, "rank": self.rank}
+    def state_dict(self, batches_seen: int, num_workers: Optional[int] = None) -> Dict[str, Any]:
+        """Where this rank stands after the loop took `batches_seen` batches of this epoch from this
+        stream (since it was loaded, when it was). num_workers: the DataLoader's, needed to resume
+        on another number of ranks or workers (on the same ones it may be left out)."""
+        layers, current = list(self._layers), self._current
+        if num_workers is not None:
+            num_workers = max(1, int(num_workers))      # 0 workers: the loop reads as one worker does
+        here = (self.num_replicas, num_workers, int(batches_seen), self.batch_size, self.drop_last)
+        if current is not None and _same_layer(current, here):
+            here = (*current[:2], current[2] + int(batches_seen), *current[3:])
+            if here[1] is None:
+                here = (here[0], num_workers, *here[2:])
+        elif current is not None:
+            layers.append(_finished(current))
+        return {**self._identity(), "epoch": self.epoch, "num_replicas": here[0], "num_workers": here[1],
+                "batches_seen": here[2], "batch_size": here[3], "drop_last": here[4], "rank": self.rank,
+                "resumed": [list(layer) for layer in layers]}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continue the epoch of `state` after its batches_seen batches."""
-        for key in ("seed", "batch_size", "num_replicas", "rank"):
-            if state[key] != getattr(self, key):
-                raise UsageError(f"state_dict was saved with {key}={state[key]!r}, this stream has "
-                                 f"{getattr(self, key)!r}")
+        """Continue the epoch of `state` after its batches_seen batches (on the same or another
+        number of ranks, workers or batch size)."""
+        identity = self._identity()
+        found = {key: state.get(key, identity[key] if key in ("shuffle", "shuffle_buffer", "total") else None)
+                 for key in identity}
+        if found != identity:
+            raise UsageError(f"stream state is for {found}, this stream has {identity}; resume with the same "
+                             "dataset, seed and shuffle options")
+        layers = checked_stream_layers(state.get("resumed"))
+        current = (state.get("num_replicas"), state.get("num_workers"), state.get("batches_seen"),
+                   state.get("batch_size"), bool(state.get("drop_last", self.drop_last)))
+        if not all(isinstance(value, int) and value >= (0 if field == 2 else 1)
+                   for field, value in enumerate(current[:4]) if not (field == 1 and value is None)):
+            raise UsageError(f"stream state has a malformed position {current!r}")
         self.epoch = int(state["epoch"])
-        self._resume_batches = int(state["batches_seen"])
+        self._layers, self._current = layers, current     # type: ignore[assignment]
+
+    def _identity(self) -> Dict[str, Any]:
+        return {"seed": self.seed, "shuffle": self.shuffle, "shuffle_buffer": self.shuffle_buffer,
+                "total": len(self.dataset)}
 
     # ---- the plan ----------------------------------------------------------------------
-    def rank_segments(self) -> List[Segment]:
-        """This rank's block of the padded epoch order, as runs of global indices."""
+    def epoch_order(self) -> np.ndarray:
+        """Every global index of the epoch, shard by shard in the epoch's shard order."""
         starts = np.asarray(self.dataset.shard_starts, dtype=np.int64)
         shards = np.arange(len(starts) - 1)
         if self.shuffle:
             shards = np.random.default_rng([self.seed, self.epoch]).permutation(shards)
-        order = [(int(starts[s]), int(starts[s + 1])) for s in shards if starts[s + 1] > starts[s]]
-        total = int(starts[-1])
-        wanted = self.num_samples * self.num_replicas
-        while total and sum(b - a for a, b in order) < wanted:      # padding repeats the start
-            order = order + _cut(order, 0, wanted - sum(b - a for a, b in order))
-        first = self.rank * self.num_samples
-        return _cut(order, first, first + self.num_samples)
+        counts = starts[shards + 1] - starts[shards]
+        firsts = np.repeat(starts[shards] - (np.cumsum(counts) - counts), counts)
+        return firsts + np.arange(int(counts.sum()), dtype=np.int64)
 
-    def worker_segments(self, worker: int, workers: int) -> List[Segment]:
-        """Worker `worker` of `workers`: its contiguous share of this rank's block."""
-        block = self.rank_segments()
-        size = sum(b - a for a, b in block)
-        return _cut(block, size * worker // workers, size * (worker + 1) // workers)
+    def _plan(self, workers: int) -> Tuple[List[StreamLayer], int]:
+        """The finished layers of this epoch and the batches already taken in the current one."""
+        current = self._current
+        if current is None:
+            return list(self._layers), 0
+        if _same_layer(current, (self.num_replicas, workers, 0, self.batch_size, self.drop_last)):
+            return list(self._layers), int(current[2])
+        return [*self._layers, _finished(current)], 0
+
+    def worker_part(self, worker: int, workers: int) -> Tuple[np.ndarray, int, int, int]:
+        """(the global indices of one reader's part, its number, the samples of it already
+        consumed, the layer) for DataLoader worker `worker` of `workers` on this rank."""
+        layers, batches = self._plan(workers)
+        order = self.epoch_order()
+        buffer = self.shuffle_buffer if self.shuffle else None
+        for number, layer in enumerate(layers):
+            order = layer_left(order, layer, number, self.seed, self.epoch, buffer)
+        block = rank_block(order, self.num_replicas, self.rank, self.drop_last)
+        counts = [stop - start for start, stop in (part_bounds(len(block), w, workers) for w in range(workers))]
+        consumed, first = consumed_counts(counts, self.batch_size, batches)
+        # a new DataLoader asks worker 0 first: it plays the part whose turn was next
+        part = (worker + first) % workers
+        start, stop = part_bounds(len(block), part, workers)
+        return block[start:stop], part, consumed[part], len(layers)
 
     # ---- reading -----------------------------------------------------------------------
+    def reader_order(self, worker: int, workers: int) -> Tuple[np.ndarray, Iterator[int], np.ndarray]:
+        """For DataLoader worker `worker` of `workers`: the global indices of its part, the positions
+        of that part it yields from now on (lazily, in order), and which positions it skips (those
+        consumed before a resume). Nothing is read."""
+        indices, part, skip, layer = self.worker_part(worker, workers)
+        rng = reader_rng(self.seed, self.epoch, self.rank, part, layer) if self.shuffle else None
+        order = buffer_order(len(indices), self.shuffle_buffer, rng)
+        skipped = np.zeros(len(indices), dtype=bool)
+        skipped[np.fromiter(itertools.islice(order, skip), dtype=np.int64, count=skip)] = True
+        return indices, order, skipped
+
     def __iter__(self) -> Iterator[Any]:
         info = torch.utils.data.get_worker_info()
-        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        counts = [_length(self.worker_segments(w, workers)) for w in range(workers)]
-        consumed, first = _consumed(counts, self.batch_size, self._resume_batches)
-        # a new DataLoader asks worker 0 first: it plays the part of the worker whose turn was next
-        part = (worker + first) % workers
-        skip = consumed[part]
-        rng = np.random.default_rng([self.seed, self.epoch, self.rank, part])
-        for position, (index, encoded) in enumerate(self._shuffled(self.worker_segments(part, workers), rng)):
-            if position >= skip:
-                yield self.dataset.finish(encoded, index)
-
-    def _checked(self, segments: List[Segment]) -> Iterator[Segment]:
-        """The segments, each once the dataset has looked for shard files changed under it (a run of
-        one shard is read like a batch: read/watch.py)."""
-        for segment in segments:
-            self.dataset.shard_cache.check_files()
-            yield segment
-
-    def _shuffled(self, segments: List[Segment], rng: np.random.Generator) -> Iterator[Tuple[int, Any]]:
-        """(index, stored record) read shard by shard, through the shuffle buffer."""
-        records = ((index, self.dataset.read_encoded(index)) for a, b in self._checked(segments)
-                   for index in range(a, b))
-        if not self.shuffle or self.shuffle_buffer == 1:
-            yield from records
-            return
-        buffer: List[Tuple[int, Any]] = []
-        for record in records:
-            if len(buffer) < self.shuffle_buffer:
-                buffer.append(record)
-                continue
-            pick = int(rng.integers(len(buffer)))
-            buffer[pick], record = record, buffer[pick]
-            yield record
-        for pick in rng.permutation(len(buffer)):
-            yield buffer[int(pick)]
+        indices, order, skipped = self.reader_order(*((0, 1) if info is None else (info.id, info.num_workers)))
+        shards = np.searchsorted(self.dataset.shard_starts, indices, side="right") - 1
+        held: Dict[int, Any] = {}
+        reading, shard = 0, -1
+        for position in order:              # read in stored order, each sample still to give once
+            while reading <= position:
+                if not skipped[reading]:
+                    if shards[reading] != shard:    # a run of one shard is read like a batch: read/watch.py
+                        shard = shards[reading]
+                        self.dataset.shard_cache.check_files()
+                    held[reading] = self.dataset.read_encoded(int(indices[reading]))
+                reading += 1
+            yield self.dataset.finish(held.pop(position), int(indices[position]))
 
 
-def _length(segments: List[Segment]) -> int:
-    return sum(b - a for a, b in segments)
+def _same_layer(saved: Tuple[Any, ...], here: Tuple[Any, ...]) -> bool:
+    """Whether a saved position continues on `here`'s ranks, workers (None: unknown, taken as the
+    same), batch size and drop_last."""
+    workers_match = saved[1] is None or here[1] is None or saved[1] == here[1]
+    return saved[0] == here[0] and workers_match and tuple(saved[3:]) == tuple(here[3:])
 
 
-def _cut(segments: List[Segment], first: int, stop: int) -> List[Segment]:
-    """The runs covering positions [first, stop) of the concatenated segments."""
-    out: List[Segment] = []
-    position = 0
-    for a, b in segments:
-        lo, hi = max(first, position), min(stop, position + b - a)
-        if lo < hi:
-            out.append((a + lo - position, a + hi - position))
-        position += b - a
-    return out
-
-
-def _consumed(counts: List[int], batch_size: int, batches: int) -> Tuple[List[int], int]:
-    """Samples each worker had given after `batches` batches, and the worker whose turn is next:
-    DataLoader takes one batch from each worker in turn, skipping workers that have none left."""
-    left = [math.ceil(count / batch_size) for count in counts]
-    taken = [0] * len(counts)
-    turn = 0
-    while batches > 0 and any(left):
-        if left[turn]:
-            left[turn] -= 1
-            taken[turn] += 1
-            batches -= 1
-        turn = (turn + 1) % len(counts)
-    return [min(count, take * batch_size) for count, take in zip(counts, taken)], turn
+def _finished(current: Tuple[Any, ...]) -> StreamLayer:
+    """A saved position as the record of a finished layer; it needs the number of workers."""
+    if current[1] is None:
+        raise UsageError("this stream state was saved without num_workers; pass state_dict(batches_seen, "
+                         "num_workers=W) to resume on another number of ranks, workers or batch size")
+    return (int(current[0]), int(current[1]), int(current[2]), int(current[3]), bool(current[4]))
 
 
 __all__ = ["ShardStream"]
