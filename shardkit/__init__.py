@@ -22,6 +22,7 @@ if TYPE_CHECKING:      # type checkers see the real objects; at run time they lo
     from .ops.merging import merge  # noqa: F401
     from .ops.pull import PullReport, pull  # noqa: F401
     from .ops.push import PushReport, push  # noqa: F401
+    from .read.mixing import MixedDataset  # noqa: F401
     from .read.sampler import ShardAwareSampler  # noqa: F401
     from .ops.verification import VerifyReport, verify  # noqa: F401
 
@@ -29,6 +30,7 @@ _LAZY = {
     "ConvertReport": "shardkit.write.conversion",
     "HDF5Dataset": "shardkit.read.dataset",
     "LMDBDataset": "shardkit.read.dataset",
+    "MixedDataset": "shardkit.read.mixing",
     "PTDataset": "shardkit.read.dataset",
     "PullReport": "shardkit.ops.pull",
     "PushReport": "shardkit.ops.push",
@@ -65,8 +67,8 @@ def __dir__() -> list:
 __all__ = sorted([
     "ConversionError", "ConvertReport", "CorruptSampleError", "CorruptShardError", "DestinationExistsError",
     "EmptySourceError", "ForeignShardError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError",
-    "NotADatasetError", "OutOfFilesError", "PTDataset", "PullReport", "PushReport", "RawBatch", "RemoteError",
-    "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError",
+    "MixedDataset", "NotADatasetError", "OutOfFilesError", "PTDataset", "PullReport", "PushReport", "RawBatch",
+    "RemoteError", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError",
     "SourceError", "UnguardedMainError", "UsageError", "VerifyReport", "__version__", "collate_raw", "convert",
     "merge", "open_dataset", "pull", "push", "random_split", "train_val_split", "verify", "worker_init_fn",
 ])
