@@ -226,10 +226,21 @@ class TabularOptions(SourceOptions):
 
 @dataclass(frozen=True)
 class ReshardOptions(SourceOptions):
-    """A shardkit dataset as SRC: its samples are copied as stored, so no sample option applies."""
+    """A shardkit dataset as SRC: its samples are copied as stored, so no sample option applies;
+    which samples are copied may be chosen (sources/selection.py)."""
 
     applies_to = ("a shardkit dataset; its samples are copied as stored (convert the raw data to "
                   "change them)")
+
+    classes: Optional[Sequence[str]] = option("--classes")
+    keys: Optional[str] = option("--keys")
+    fraction: Optional[float] = option("--fraction")
+
+    def check(self) -> None:
+        if self.classes is not None and not list(self.classes):
+            raise UsageError("--classes names no class")
+        if self.fraction is not None and not 0 < self.fraction <= 1:
+            raise UsageError(f"--fraction must be above 0 and at most 1, not {self.fraction}")
 
 
 #: Every option class a convert keyword can belong to.

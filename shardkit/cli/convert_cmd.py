@@ -52,10 +52,16 @@ from .output import echo_json
 @click.option("--text-columns", default=None, help="CSV: comma-separated columns kept as UTF-8 text.")
 @click.option("--drop-columns", default=None, help="Tables: comma-separated columns to leave out (the rest are kept).")
 @click.option("--schema", "schema_file", type=click.Path(), default=None, help="CSV: JSON schema overriding inference.")
+@click.option("--classes", default=None, metavar="A,B",
+              help="Re-sharding: keep these classes only (comma-separated), relabelled 0..k-1 in their old order.")
+@click.option("--keys", type=click.Path(), default=None, metavar="FILE",
+              help="Re-sharding: keep the samples whose keys the file lists, one per line.")
+@click.option("--fraction", type=float, default=None, metavar="F",
+              help="Re-sharding: keep a fraction F of each class, chosen by --seed.")
 @click.option("--readahead/--no-readahead", default=None, help="LMDB/HDF5 readers: OS readahead (default by size).")
 @click.option("--order", type=click.Choice(["shuffled", "source"]), default=None,
               help="Sample order: a seeded shuffle, or source order [default: shuffled; CSV tables: source].")
-@click.option("--seed", type=int, default=None, help="Seed of --order shuffled [default: 0].")
+@click.option("--seed", type=int, default=None, help="Seed of --order shuffled and of --fraction [default: 0].")
 @click.option("--workers", type=int, default=None,
               help="Processes writing shards (and parsing the files of a CSV tree) in parallel "
                    "[default: $SHARDKIT_WORKERS, else the CPUs this process may use].")
@@ -71,11 +77,11 @@ from .output import echo_json
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def command(src: str, dst: str, format_: str, columns: Optional[str], text_columns: Optional[str],
-            size: Optional[Tuple[int, int]], as_json: bool, **options: Any) -> None:
+            classes: Optional[str], size: Optional[Tuple[int, int]], as_json: bool, **options: Any) -> None:
     """Convert SRC (image tree, CSV file or folder, or a shardkit dataset) into shards at DST."""
     options["quiet"] = options["quiet"] or as_json
     report = convert(src, dst, format=format_, size=size or None,
-                     columns=_split(columns), text_columns=_split(text_columns), **options)
+                     columns=_split(columns), text_columns=_split(text_columns), classes=_split(classes), **options)
     if as_json:
         echo_json(report.to_dict())
         return

@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from ..errors import ConversionError
-from ..options import RunOptions, SourceOptions
+from ..options import PlanOptions, RunOptions, SourceOptions
 from ..records import Encoded
 from ..schema import SampleSchema
 
@@ -84,6 +84,13 @@ class Source(abc.ABC):
     @abc.abstractmethod
     def open(cls, src: str, options: Any, run: RunOptions) -> "Source":
         """Scan SRC with this kind's options (an instance of options_class)."""
+
+    #: Whether choose() drew with --seed (then --seed is not refused in source order).
+    uses_seed: bool = False
+
+    def choose(self, plan: PlanOptions) -> None:
+        """Take the plan options that choose which items are converted; called once, after open and
+        before planning. A re-shard's --fraction draws by --seed; other sources choose nothing."""
 
     @abc.abstractmethod
     def item_sizes(self) -> np.ndarray:

@@ -2,7 +2,9 @@
 
 Each stored record is copied as it is (payload, label, CRC32, key); classes and schema come from the
 old manifest. Shards are read one at a time through the format registry, and every record's
-CRC32 is checked on the way, so a damaged sample is skipped and listed, never copied.
+CRC32 is checked on the way, so a damaged sample is skipped and listed, never copied. --classes,
+--keys and --fraction choose which records are copied (sources/selection.py); then the items of
+this source are the kept samples, in stored order.
 """
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ import numpy as np
 from ..errors import CorruptSampleError, CorruptShardError
 from ..formats import SampleChecks, ShardReader, get_format, open_checked, recorded_options
 from ..manifest import Manifest, load_manifest
-from ..options import ReshardOptions, RunOptions
+from ..options import PlanOptions, ReshardOptions, RunOptions
 from ..records import Encoded
+from ..sample_table import read_labels
 from .base import Converted, Outcome, SampleBytes, Skipped, Source
+from .selection import Selection, select
 
 
 class ShardDatasetSource(Source):
@@ -29,8 +33,11 @@ class ShardDatasetSource(Source):
     #: across a format change. --order shuffled reorders it on request.
     default_order = "source"
 
-    def __init__(self, root: str, manifest: Manifest) -> None:
+    def __init__(self, root: str, manifest: Manifest, options: Optional[ReshardOptions] = None) -> None:
         self.root = root
+        self.options = options or ReshardOptions()
+        #: The samples kept by --classes / --keys / --fraction (None: every sample).
+        self.selection: Optional[Selection] = None
         self.manifest = manifest
         self.schema = manifest.schema
         self.classes = list(manifest.classes)
@@ -51,11 +58,21 @@ class ShardDatasetSource(Source):
         """The dataset at src (its options class admits no sample option)."""
         manifest = load_manifest(src)
         get_format(manifest.format_name)
-        return cls(os.path.abspath(src), manifest)
+        return cls(os.path.abspath(src), manifest, options)
+
+    def choose(self, plan: PlanOptions) -> None:
+        """Apply --classes, --keys and --fraction (drawn by --seed)."""
+        options = self.options
+        self.uses_seed = options.fraction is not None
+        self.selection = select(self.manifest.classes, self._all_labels, self._all_keys, options.classes,
+                                options.keys, options.fraction, plan.seed, self.root)
+        if self.selection is not None:
+            self.classes = list(self.selection.classes)
 
     # ---- Source interface -------------------------------------------------------------
     def item_sizes(self) -> np.ndarray:
-        return np.repeat(self._per_sample, np.diff(self._starts))
+        sizes = np.repeat(self._per_sample, np.diff(self._starts))
+        return sizes if self.selection is None else sizes[self.selection.kept]
 
     def estimated_bytes(self) -> int:
         return int(self.manifest.total_bytes)
@@ -65,7 +82,7 @@ class ShardDatasetSource(Source):
                     sample_bytes: Optional[SampleBytes] = None) -> List[Tuple[int, int]]:
         """cut_shards over per-shard average sample sizes; in source order computed run by run
         (no per-item array)."""
-        if order is not None:
+        if order is not None or self.selection is not None:
             return super().plan_ranges(max_bytes, max_items, order, sample_bytes or (lambda sizes: sizes))
         per_sample = self._per_sample if sample_bytes is None else sample_bytes(self._per_sample)
         total = int(self._starts[-1])
@@ -99,13 +116,32 @@ class ShardDatasetSource(Source):
 
     def fingerprint(self) -> str:
         body = self.manifest.to_dict()
-        return hashlib.sha256(repr((self.kind, body["manifest_sha256"])).encode()).hexdigest()
+        chosen = None if self.selection is None else sorted(self.selection.record.items())
+        return hashlib.sha256(repr((self.kind, body["manifest_sha256"], chosen)).encode()).hexdigest()
 
     def summary(self) -> Dict[str, Any]:
-        return {"source_format": self.manifest.format_name, "source_shards": len(self.manifest.shards),
-                "source_samples": int(self._starts[-1])}
+        facts = {"source_format": self.manifest.format_name, "source_shards": len(self.manifest.shards),
+                 "source_samples": int(self._starts[-1])}
+        if self.selection is not None:
+            facts.update({"selected": len(self.selection.kept), "selection": dict(self.selection.record)})
+        return facts
+
+    def empty_hint(self) -> str:
+        return "; --classes, --keys and --fraction together keep no sample" if self.selection is not None else ""
 
     def encode_range(self, start: int, stop: int) -> Iterator[Outcome]:
+        """Items [start, stop): the kept samples there, or records [start, stop) when all are kept."""
+        if self.selection is not None:
+            yield from self._copy_items(self.selection.kept[start:stop])
+            return
+        yield from self._copy_run(start, stop)
+
+    def encode_items(self, items: np.ndarray) -> Iterator[Outcome]:
+        """Items in the order asked (kept samples, when some are chosen)."""
+        items = np.asarray(items, dtype=np.int64)
+        yield from self._copy_items(items if self.selection is None else self.selection.kept[items])
+
+    def _copy_run(self, start: int, stop: int) -> Iterator[Outcome]:
         """Records [start, stop) in order, one source shard open at a time."""
         index = start
         while index < stop:
@@ -119,12 +155,11 @@ class ShardDatasetSource(Source):
                 reader.close()
             index = end
 
-    def encode_items(self, items: np.ndarray) -> Iterator[Outcome]:
-        """Records of any items: each source shard they touch is opened once, and the records
-        are handed on in the order asked (one output shard's worth is held in memory)."""
-        items = np.asarray(items, dtype=np.int64)
+    def _copy_items(self, items: np.ndarray) -> Iterator[Outcome]:
+        """Records of any sample indices: each source shard they touch is opened once, and the
+        records are handed on in the order asked (one output shard's worth is held in memory)."""
         if len(items) and bool(np.all(np.diff(items) == 1)):
-            yield from self.encode_range(int(items[0]), int(items[-1]) + 1)
+            yield from self._copy_run(int(items[0]), int(items[-1]) + 1)
             return
         shards = np.searchsorted(self._starts, items, side="right") - 1
         kept: Dict[int, Outcome] = {}
@@ -139,6 +174,32 @@ class ShardDatasetSource(Source):
             yield kept.pop(item)
 
     # ---- helpers ------------------------------------------------------------------
+    def _all_labels(self) -> np.ndarray:
+        """Every sample's label: from the sample table when the dataset has one, else from each shard."""
+        if self.manifest.sample_table is not None:
+            return read_labels(self.root, self.manifest.sample_table)
+        labels = [np.zeros(0, dtype=np.int64)]
+        for shard in range(len(self.manifest.shards)):
+            reader = self._open(shard)
+            try:
+                labels.append(np.asarray(reader.labels(), dtype=np.int64))
+            finally:
+                reader.close()
+        return np.concatenate(labels)
+
+    def _all_keys(self) -> List[str]:
+        """Every sample's key (a dataset written before keys: "#" and its index, as copies get)."""
+        keys: List[str] = []
+        for shard in range(len(self.manifest.shards)):
+            reader, first = self._open(shard), int(self._starts[shard])
+            try:
+                for local in range(int(self._starts[shard + 1]) - first):
+                    key = reader.key(local)
+                    keys.append(f"#{first + local}" if key is None else key)
+            finally:
+                reader.close()
+        return keys
+
     def _open(self, shard: int) -> ShardReader:
         fmt = get_format(self.manifest.format_name)
         return open_checked(fmt, self.manifest, self.root, shard, recorded_options(fmt, self.manifest, self.root),
@@ -152,10 +213,12 @@ class ShardDatasetSource(Source):
         except CorruptShardError as exc:    # a damaged record, CRC32 or label: the sample is skipped
             problem = exc.problem if isinstance(exc, CorruptSampleError) else exc.after_file()
             return Skipped(entry.path, f"sample {local} (index {entry.first_index + local}) {problem}")
-        payload = stored.payload
+        payload, label = stored.payload, stored.label
+        if self.selection is not None and self.selection.relabel is not None and label >= 0:
+            label = int(self.selection.relabel[label])
         # Own the bytes: the reader is closed (and its file unmapped) once this shard is done.
         payload = np.array(payload, copy=True) if self.schema.is_array else bytes(payload)
         if key is None:                 # a dataset written before keys: the sample's index in it
             key = f"#{entry.first_index + local}"
-        return Converted(Encoded(payload, stored.label, stored.crc32, key), len(payload) if isinstance(payload, bytes)
+        return Converted(Encoded(payload, label, stored.crc32, key), len(payload) if isinstance(payload, bytes)
                          else int(payload.nbytes))

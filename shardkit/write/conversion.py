@@ -70,6 +70,7 @@ def convert(src: str, dst: str, format: str = DEFAULT_FORMAT, **kwargs: Any) -> 
     Journal(dst).check_unlocked()
     source = open_source(src, source_options, run)
     try:
+        source.choose(plan)
         return _convert_source(source, src, dst, plan, run, started)
     finally:
         source.close()
@@ -83,7 +84,7 @@ def _convert_source(source: Source, src: str, dst: str, plan: PlanOptions, run: 
     fmt.check(schema)
     if plan.readahead is not None and "readahead" not in fmt.reader_options.names():
         raise UsageError(f"--readahead/--no-readahead does not apply to {fmt.name} shards")
-    order = sample_order(plan.order or source.default_order, plan.seed)
+    order = sample_order(plan.order or source.default_order, plan.seed, seed_used=source.uses_seed)
     max_bytes = plan.max_shard_bytes
     budget = None if max_bytes is None else max(1, max_bytes - fmt.fixed_bytes)
 

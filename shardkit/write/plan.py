@@ -68,12 +68,13 @@ def make_tasks(ranges: List[Tuple[int, int]], part: Optional[Tuple[int, int]] = 
     return tasks[index * total // count:(index + 1) * total // count]
 
 
-def sample_order(kind: str, seed: Optional[int]) -> Dict[str, Any]:
-    """The manifest's record of the sample order: {"kind": "shuffled", "seed": N} or {"kind": "source"}."""
+def sample_order(kind: str, seed: Optional[int], seed_used: bool = False) -> Dict[str, Any]:
+    """The manifest's record of the sample order: {"kind": "shuffled", "seed": N} or {"kind": "source"}.
+    seed_used: the source drew with the seed (a re-shard's --fraction), so source order takes it too."""
     if kind == "source":
-        if seed is not None:
-            raise UsageError("--seed applies to --order shuffled only (this source is written in "
-                             "source order unless --order shuffled is given)")
+        if seed is not None and not seed_used:
+            raise UsageError("--seed applies to --order shuffled only (and to a re-shard's --fraction; this "
+                             "source is written in source order unless --order shuffled is given)")
         return {"kind": "source"}
     return {"kind": "shuffled", "seed": int(seed or 0)}
 
