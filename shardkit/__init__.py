@@ -19,6 +19,7 @@ if TYPE_CHECKING:      # type checkers see the real objects; at run time they lo
     from .write.conversion import ConvertReport, convert  # noqa: F401
     from .read.dataset import HDF5Dataset, LMDBDataset, PTDataset, ShardDataset, open_dataset  # noqa: F401
     from .read.cache import worker_init_fn  # noqa: F401
+    from .ops.duplicates import DuplicatesReport, duplicates  # noqa: F401
     from .ops.merging import merge  # noqa: F401
     from .ops.pull import PullReport, pull  # noqa: F401
     from .ops.push import PushReport, push  # noqa: F401
@@ -28,6 +29,7 @@ if TYPE_CHECKING:      # type checkers see the real objects; at run time they lo
 
 _LAZY = {
     "ConvertReport": "shardkit.write.conversion",
+    "DuplicatesReport": "shardkit.ops.duplicates",
     "HDF5Dataset": "shardkit.read.dataset",
     "LMDBDataset": "shardkit.read.dataset",
     "MixedDataset": "shardkit.read.mixing",
@@ -41,6 +43,7 @@ _LAZY = {
     "VerifyReport": "shardkit.ops.verification",
     "collate_raw": "shardkit.read.batches",
     "convert": "shardkit.write.conversion",
+    "duplicates": "shardkit.ops.duplicates",
     "merge": "shardkit.ops.merging",
     "open_dataset": "shardkit.read.dataset",
     "pull": "shardkit.ops.pull",
@@ -66,9 +69,11 @@ def __dir__() -> list:
 
 __all__ = sorted([
     "ConversionError", "ConvertReport", "CorruptSampleError", "CorruptShardError", "DestinationExistsError",
+    "DuplicatesReport",
     "EmptySourceError", "ForeignShardError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError",
     "MixedDataset", "NotADatasetError", "OutOfFilesError", "PTDataset", "PullReport", "PushReport", "RawBatch",
     "RemoteError", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError",
     "SourceError", "UnguardedMainError", "UsageError", "VerifyReport", "__version__", "collate_raw", "convert",
-    "merge", "open_dataset", "pull", "push", "random_split", "train_val_split", "verify", "worker_init_fn",
+    "duplicates", "merge", "open_dataset", "pull", "push", "random_split", "train_val_split", "verify",
+    "worker_init_fn",
 ])

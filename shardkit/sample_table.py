@@ -120,10 +120,16 @@ def read_labels(root: str, entry: Dict[str, Any]) -> np.ndarray:
     """Every label, in index order, from the table, once its sha256 matches the manifest's (the
     whole file is read and hashed, a block at a time): all labels without opening a shard;
     CorruptShardError naming the table when it does not match."""
+    return read_rows(root, entry, "label")
+
+
+def read_rows(root: str, entry: Dict[str, Any], field: str) -> np.ndarray:
+    """One field of every row ("label" int64 or "crc32" uint32), in index order, as read_labels
+    reads the labels: only once the whole table's sha256 matches the manifest's."""
     path = os.path.join(root, TABLE_NAME)
     fd = open_table_file(root, entry)      # first: the file really has the size the manifest claims
     rows = entry["size"] // ROW_DTYPE.itemsize
-    labels = np.empty(rows, dtype=np.int64)
+    values = np.empty(rows, dtype=ROW_DTYPE[field])
     digest = hashlib.sha256()
     try:
         for start in range(0, rows, _BLOCK_ROWS):
@@ -132,10 +138,10 @@ def read_labels(root: str, entry: Dict[str, Any]) -> np.ndarray:
             if len(data) != count * ROW_DTYPE.itemsize:
                 raise CorruptShardError("changed while it was read", path=path)
             digest.update(data)
-            labels[start:start + count] = np.frombuffer(data, dtype=ROW_DTYPE)["label"]
+            values[start:start + count] = np.frombuffer(data, dtype=ROW_DTYPE)[field]
     finally:
         os.close(fd)
     if digest.hexdigest() != entry["sha256"]:
         raise CorruptShardError("fails its sha256 check (its bytes changed after conversion; run shardkit "
                                 "verify)", path=path)
-    return labels
+    return values

@@ -7,17 +7,14 @@ import click
 
 from ..errors import UsageError
 from ..ops.verification import verify
-from .output import echo_json
+from .output import echo_json, report_options
 
 
 @click.command("verify")
 @click.argument("dst", type=click.Path())
 @click.option("--quick", is_flag=True, help="Presence, sizes and sample counts only.")
 @click.option("--deep", is_flag=True, help="Also every sample's CRC32 and that images decode.")
-@click.option("--workers", type=int, default=None,
-              help="Shards checked in parallel [default: $SHARDKIT_WORKERS, else the CPUs this process may use].")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@report_options("Shards checked in parallel")
 @click.option("--expect-manifest-sha256", "expected", metavar="HEX",
               help="The manifest_sha256 you got from a trusted source; any other manifest is a problem.")
 def command(dst: str, quick: bool, deep: bool, workers: int, as_json: bool, quiet: bool, expected: str) -> None:

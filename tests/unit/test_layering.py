@@ -21,11 +21,11 @@ LAYERS = {
     "sources": 2, "formats": 2,
     "write.sink": 3, "write.commit": 3, "write.parallel": 3, "write.ray_executor": 3, "write.table_writer": 3,
     "read.row_arena": 3, "read.watch": 3, "read.cache": 3,
-    "ops.shard_checks": 3,
+    "ops.shard_checks": 3, "ops.key_table": 3,
     "write.conversion": 4, "ops.verification": 4, "ops.info": 4, "ops.merging": 4, "ops.pull": 4, "ops.push": 5,
     "read.shards": 4, "read.dataset": 4, "read.batches": 4, "read.sampler": 4, "read.splits": 4,
     "read.epochs": 4, "read.mixing": 4, "read.stream_plan": 4,
-    "ops.bench": 5, "ops.bench_plot": 5, "ops.demo": 5, "read.stream": 5,
+    "ops.bench": 5, "ops.bench_plot": 5, "ops.duplicates": 5, "ops.sample_digests": 5, "ops.demo": 5, "read.stream": 5,
     "cli": 6, "__init__": 7, "__main__": 7,
 }
 
