@@ -137,5 +137,5 @@ def check_payload_decodes(schema: SampleSchema, payload: Payload,
     """Raise SampleError unless the payload decodes fully in a format the manifest's source
     record allows (used by verify --deep)."""
     if schema.kind == "image" and not schema.is_array:
-        from .pillow import open_checked
-        open_checked(bytes(payload), formats=image_formats(schema, source), max_pixels=max_image_pixels(schema))
+        from .pillow import decode_image
+        decode_image(bytes(payload), formats=image_formats(schema, source), max_pixels=max_image_pixels(schema))

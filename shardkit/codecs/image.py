@@ -23,7 +23,7 @@ from ..errors import SampleError, UsageError
 from ..options import DEFAULT_BACKGROUND, DEFAULT_IMAGE_MODE
 from ..records import Payload
 from ..schema import LAYOUT_ARRAY, LAYOUT_BYTES, SampleSchema
-from .pillow import _REPORTED_AS, DEFAULT_MAX_IMAGE_PIXELS, IMAGE_FORMATS, check_max_image_pixels, open_checked
+from .pillow import _REPORTED_AS, DEFAULT_MAX_IMAGE_PIXELS, IMAGE_FORMATS, check_max_image_pixels, decode_image
 from .validate import DEFAULT_VALIDATE, check_structure, check_validate, sniff
 
 IMAGE_MODES = ("passthrough", "jpeg", "png", "webp", "raw")
@@ -216,10 +216,10 @@ class ImageCodec:
         if self.mode == "passthrough" and self.validate != DEFAULT_VALIDATE:
             return data, self._check_without_decoding(data)
         if self.mode == "passthrough":
-            image = open_checked(data, draft=True, max_pixels=self.max_image_pixels)
+            image = decode_image(data, draft=True, max_pixels=self.max_image_pixels)
             to_rgb(image, self.background)      # proves the colour mode converts at read time
             return data, str(image.format or "unknown")
-        image = open_checked(data, min_size=self._draft_size(), max_pixels=self.max_image_pixels)
+        image = decode_image(data, min_size=self._draft_size(), max_pixels=self.max_image_pixels)
         detected = str(image.format or "unknown")
         try:
             pixels = to_rgb(apply_orientation(image), self.background)

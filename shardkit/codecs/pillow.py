@@ -141,7 +141,7 @@ def _eighth(image: Any) -> Tuple[int, int]:
     return max(1, image.width // 8), max(1, image.height // 8)
 
 
-def open_checked(data: bytes, *, draft: bool = False, min_size: Optional[Tuple[int, int]] = None,
+def decode_image(data: bytes, *, draft: bool = False, min_size: Optional[Tuple[int, int]] = None,
                  formats: Sequence[str] = IMAGE_FORMATS, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> Any:
     """Decode every byte of an image (its first frame) in one of `formats`, or raise SampleError.
 
