@@ -6,41 +6,42 @@
   chosen by the source registry once SRC's kind is known. An option of another kind is a usage
   error naming its flag; an unknown keyword is one too, with the closest known name.
 
-Each field states its CLI spelling once (``flag``); messages use it, nothing rebuilds it from the
-field name. A new option is one field in the class that owns it.
+Each option is declared once, as a field whose Flag holds its CLI spelling, help, choices and
+metavar: `shardkit convert`'s click options are generated from the fields (cli/convert_cmd.py),
+the values of both the CLI and the Python API are checked against the same field types and
+choices here, and messages use the spelling. A new option is one field in the class that owns it.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
-from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar, Union
+import functools
+import inspect
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Type, TypeVar, Union
 
-from .codecs.validate import DEFAULT_VALIDATE
+from .codecs.image import DEFAULT_BACKGROUND, DEFAULT_IMAGE_MODE, IMAGE_MODES
+from .codecs.pillow import DEFAULT_MAX_IMAGE_PIXELS
+from .codecs.validate import DEFAULT_VALIDATE, VALIDATE_MODES
 from .errors import UnknownOptionError, UsageError
-from .units import parse_part, parse_size
+from .format_registry import FORMAT_NAMES
+from .option_types import Flag, OptionSpec, given, option, typed_value, value_kind
 from .runtime.workers import default_workers
+from .schema import COMPRESSIONS
+from .units import parse_part, parse_size
 
 DEFAULT_FORMAT = "hdf5"
 DEFAULT_SHARD_SIZE = "256MB"
-DEFAULT_IMAGE_MODE = "passthrough"
-DEFAULT_BACKGROUND = "#ffffff"
 DEFAULT_COMPRESSION = "none"
 EXECUTORS = ("local", "ray")
+ORDERS = ("shuffled", "source")
+ON_ERROR = ("skip", "fail")
 DEFAULT_PATH_COLUMN = "path"
 DEFAULT_LABEL_COLUMN = "label"
 
 T = TypeVar("T", bound="OptionGroup")
-
-
-def option(flag: str, default: Any = None, **kwargs: Any) -> Any:
-    """A dataclass field carrying its CLI spelling."""
-    return field(default=default, metadata={"flag": flag}, **kwargs)
-
-
-def given(value: Any) -> bool:
-    """Whether a keyword was set (None, False and an empty list mean "not given")."""
-    return value is not None and value is not False and value != [] and value != ()
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -57,14 +58,27 @@ class OptionGroup:
     @classmethod
     def flag(cls, name: str) -> str:
         """The CLI spelling of field name."""
-        return {item.name: item.metadata["flag"] for item in dataclasses.fields(cls)}[name]
+        return cls.specs()[name].flag.spelling
+
+    @classmethod
+    def specs(cls) -> Dict[str, OptionSpec]:
+        """Every field of cls as an OptionSpec, in declaration order."""
+        hints = typing.get_type_hints(cls)
+        found = {}
+        for item in dataclasses.fields(cls):
+            default = item.default if item.default is not dataclasses.MISSING else None
+            flag = item.metadata["flag"]
+            found[item.name] = OptionSpec(item.name, flag, value_kind(hints[item.name], flag), default)
+        return found
 
     @classmethod
     def take(cls: Type[T], values: Dict[str, Any]) -> T:
         """An instance from the keywords of values that belong to cls (removed from values);
-        None means "the default"."""
+        None means "the default". Each value is checked against its field's type and choices."""
+        specs = cls.specs()
         mine = {name: values.pop(name) for name in cls.names() if name in values}
-        options = cls(**{name: value for name, value in mine.items() if value is not None})
+        options = cls(**{name: typed_value(specs[name], value) for name, value in mine.items()
+                         if value is not None})
         options.check()
         return options
 
@@ -75,19 +89,32 @@ class OptionGroup:
         return dataclasses.asdict(self)
 
 
+# ---- Flags two source kinds share: one declaration, whichever class takes them -------------
+LABEL_COLUMN = Flag("--label-column", "Label column of a CSV source, or of --labels [default there: label].",
+                    default_text="")
+NO_LABELS = Flag("--no-labels", "Unlabeled samples.")
+DELIMITER = Flag("--delimiter", "CSV delimiter, of a CSV source or of --labels (sniffed when omitted).")
+
+
 @dataclass(frozen=True)
 class PlanOptions(OptionGroup):
     """What is written: the format, how samples are cut into shards, compression, the part."""
 
-    format: str = option("--format", DEFAULT_FORMAT)
-    shard_size: Optional[Any] = option("--shard-size")
-    samples_per_shard: Optional[int] = option("--samples-per-shard")
-    compression: str = option("--compression", DEFAULT_COMPRESSION)
-    compression_level: Optional[int] = option("--compression-level")
-    readahead: Optional[bool] = option("--readahead/--no-readahead")
-    part: Optional[Any] = option("--part")
-    order: Optional[str] = option("--order")     # None: the source's default (shuffled; tables: source)
-    seed: Optional[int] = option("--seed")       # None: 0 (with --order shuffled)
+    format: str = option("--format", DEFAULT_FORMAT, help="Shard format.", choices=FORMAT_NAMES)
+    shard_size: Optional[Union[str, int]] = option(
+        "--shard-size", help="Upper bound per shard, e.g. 256MB or 1GiB.", default_text=DEFAULT_SHARD_SIZE)
+    samples_per_shard: Optional[int] = option("--samples-per-shard", help="Upper bound of samples per shard.")
+    compression: str = option("--compression", DEFAULT_COMPRESSION, help="Storage compression.",
+                              choices=COMPRESSIONS)
+    compression_level: Optional[int] = option("--compression-level", help="gzip level 0-9.")
+    readahead: Optional[bool] = option("--readahead/--no-readahead", help="LMDB/HDF5 readers: OS readahead.",
+                                       default_text="by dataset size")
+    part: Optional[Union[str, Tuple[int, int]]] = option("--part", help="Convert only part I of N (whole shards).",
+                                                         metavar="I/N")
+    order: Optional[str] = option("--order", help="Sample order: a seeded shuffle, or source order.",
+                                  choices=ORDERS, default_text="shuffled; CSV tables: source")
+    seed: Optional[int] = option("--seed", help="Seed of --order shuffled and of --fraction.",
+                                 default_text="0")
 
     def check(self) -> None:
         if self.samples_per_shard is not None and self.samples_per_shard < 1:
@@ -96,8 +123,6 @@ class PlanOptions(OptionGroup):
             raise UsageError("--compression-level applies to --compression gzip only")
         if self.compression_level is not None and not 0 <= self.compression_level <= 9:
             raise UsageError("--compression-level must be between 0 and 9")
-        if self.order not in (None, "shuffled", "source"):
-            raise UsageError(f"--order must be shuffled or source, not {self.order!r}")
         if self.seed is not None and not 0 <= self.seed < 2 ** 63:
             raise UsageError("--seed must be between 0 and 2**63-1")
         _ = (self.max_shard_bytes, self.part_tuple)     # parse errors surface before anything runs
@@ -119,23 +144,27 @@ class PlanOptions(OptionGroup):
 class RunOptions(OptionGroup):
     """How a conversion runs; none of these changes the bytes written."""
 
-    #: None: workers.default_workers() ($SHARDKIT_WORKERS, else the CPUs this process may use)
-    workers: int = field(default_factory=default_workers, metadata={"flag": "--workers"})
-    executor: str = option("--executor", "local")       # local | ray (ray_executor.py)
-    address: Optional[str] = option("--address")        # --executor ray: auto | HOST:PORT; None: a local Ray
-    on_error: str = option("--on-error", "skip")
-    max_errors: Optional[int] = option("--max-errors")
-    resume: bool = option("--resume", False)
-    overwrite: bool = option("--overwrite", False)
-    quiet: bool = option("--quiet", True)      # the Python API is silent; the CLI passes --quiet or not
+    workers: int = Flag("--workers", "Processes writing shards (and parsing the files of a CSV tree) in parallel.",
+                        default_text="$SHARDKIT_WORKERS, else the CPUs this process may use"
+                        ).field(default_factory=default_workers)
+    executor: str = option("--executor", "local", choices=EXECUTORS,
+                           help="Write shards in local processes, or as Ray tasks (pip install 'shardkit[ray]').")
+    address: Optional[str] = option("--address", help="--executor ray: the cluster to use.",
+                                    metavar="auto|HOST:PORT", default_text="start a local Ray")
+    on_error: str = option("--on-error", "skip", choices=ON_ERROR,
+                           help="An input that cannot be converted is skipped (and listed in skipped.jsonl), "
+                                "or stops the run.")
+    max_errors: Optional[int] = option("--max-errors", help="Fail once more than N inputs were skipped.",
+                                       metavar="N")
+    resume: bool = option("--resume", False, help="Continue an interrupted conversion into DST, or repair a "
+                                                  "finished one (shards missing or damaged are written again).")
+    overwrite: bool = option("--overwrite", False, help="Replace the dataset already in DST.")
+    #: the Python API is silent; the CLI passes --quiet or not
+    quiet: bool = option("--quiet", True, help="No progress bars, and no banners from Ray.", short="-q")
 
     def check(self) -> None:
-        if self.on_error not in ("skip", "fail"):
-            raise UsageError(f"--on-error must be skip or fail, not {self.on_error!r}")
         if self.workers < 1:
             raise UsageError("--workers must be at least 1")
-        if self.executor not in EXECUTORS:
-            raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, not {self.executor!r}")
         if self.address is not None and self.executor != "ray":
             raise UsageError("--address applies to --executor ray only")
         if self.max_errors is not None and self.max_errors < 0:
@@ -166,18 +195,23 @@ class ImageOptions(SourceOptions):
 
     applies_to = "an image tree"
 
-    image_mode: str = option("--image-mode", DEFAULT_IMAGE_MODE)
-    resize: Optional[int] = option("--resize")
-    size: Optional[Tuple[int, int]] = option("--size")
-    quality: Optional[int] = option("--quality")
-    background: str = option("--background", DEFAULT_BACKGROUND)
-    validate: str = option("--validate", DEFAULT_VALIDATE)
-    max_image_pixels: Optional[int] = option("--max-image-pixels")   # None: codecs/image.py's default
-    labels: Optional[str] = option("--labels")
-    path_column: str = option("--path-column", DEFAULT_PATH_COLUMN)
-    label_column: str = option("--label-column", DEFAULT_LABEL_COLUMN)
-    delimiter: Optional[str] = option("--delimiter")
-    no_labels: bool = option("--no-labels", False)
+    image_mode: str = option("--image-mode", DEFAULT_IMAGE_MODE, help="How images are stored.", choices=IMAGE_MODES)
+    resize: Optional[int] = option("--resize", help="Shorter side in pixels (jpeg/png/webp).")
+    size: Optional[Tuple[int, int]] = option("--size", help="Array size for --image-mode raw.", metavar="H W")
+    quality: Optional[int] = option("--quality", help="Encoder quality for jpeg/webp.")
+    background: str = option("--background", DEFAULT_BACKGROUND, help="Colour behind transparent pixels.")
+    validate: str = option("--validate", DEFAULT_VALIDATE, choices=VALIDATE_MODES,
+                           help="passthrough: decode every image (full), check headers and end markers (fast), "
+                                "or only sniff the format (none).")
+    max_image_pixels: Optional[int] = option(
+        "--max-image-pixels", metavar="N", default_text=str(DEFAULT_MAX_IMAGE_PIXELS),
+        help="Refuse images of more than N pixels, from their header, before decoding; recorded in the "
+             "manifest and applied by verify --deep and readers.")
+    labels: Optional[str] = option("--labels", help="CSV with a path and a label column.", metavar="FILE", path=True)
+    path_column: str = option("--path-column", DEFAULT_PATH_COLUMN, help="Path column of --labels.")
+    label_column: str = LABEL_COLUMN.field(DEFAULT_LABEL_COLUMN)
+    delimiter: Optional[str] = DELIMITER.field()
+    no_labels: bool = NO_LABELS.field(False)
 
     @classmethod
     def take(cls, values: Dict[str, Any]) -> "ImageOptions":
@@ -195,7 +229,7 @@ class ImageOptions(SourceOptions):
 
     def codec_options(self) -> Dict[str, Any]:
         """make_image_codec keywords (the codec validates their combination)."""
-        return {"mode": self.image_mode, "resize": self.resize, "size": tuple(self.size) if self.size else None,
+        return {"mode": self.image_mode, "resize": self.resize, "size": self.size,
                 "quality": self.quality, "background": self.background, "validate": self.validate,
                 "max_image_pixels": self.max_image_pixels}
 
@@ -206,15 +240,21 @@ class TabularOptions(SourceOptions):
 
     applies_to = "a CSV source"
 
-    label_column: Optional[str] = option("--label-column")
-    no_labels: bool = option("--no-labels", False)
-    delimiter: Optional[str] = option("--delimiter")
-    decimal: Optional[str] = option("--decimal")
-    max_inflation: Optional[float] = option("--max-inflation")
-    columns: Optional[Sequence[str]] = option("--columns")
-    text_columns: Optional[Sequence[str]] = option("--text-columns")
-    drop_columns: Optional[Union[str, Sequence[str]]] = option("--drop-columns")   # a list, or "a,b"
-    schema_file: Optional[str] = option("--schema")
+    label_column: Optional[str] = LABEL_COLUMN.field()
+    no_labels: bool = NO_LABELS.field(False)
+    delimiter: Optional[str] = DELIMITER.field()
+    decimal: Optional[str] = option("--decimal", help="CSV/TSV: decimal mark of numbers, '.' or ','.",
+                                    default_text=".")
+    max_inflation: Optional[float] = option("--max-inflation", metavar="N", default_text="200; 0: no limit",
+                                            help="Compressed tables: inflate to at most N times the file's size.")
+    columns: Optional[Sequence[str]] = option("--columns", help="CSV: comma-separated columns to keep.")
+    text_columns: Optional[Sequence[str]] = option("--text-columns",
+                                                   help="CSV: comma-separated columns kept as UTF-8 text.")
+    drop_columns: Optional[Sequence[str]] = option("--drop-columns",
+                                                   help="Tables: comma-separated columns to leave out (the rest "
+                                                        "are kept).")
+    schema_file: Optional[str] = option("--schema", help="CSV: JSON schema overriding inference.", metavar="FILE",
+                                        path=True)
 
     def check(self) -> None:
         if self.no_labels and self.label_column:
@@ -232,9 +272,13 @@ class ReshardOptions(SourceOptions):
     applies_to = ("a shardkit dataset; its samples are copied as stored (convert the raw data to "
                   "change them)")
 
-    classes: Optional[Sequence[str]] = option("--classes")
-    keys: Optional[str] = option("--keys")
-    fraction: Optional[float] = option("--fraction")
+    classes: Optional[Sequence[str]] = option(
+        "--classes", metavar="A,B",
+        help="Re-sharding: keep these classes only (comma-separated), relabelled 0..k-1 in their old order.")
+    keys: Optional[str] = option("--keys", metavar="FILE", path=True,
+                                 help="Re-sharding: keep the samples whose keys the file lists, one per line.")
+    fraction: Optional[float] = option("--fraction", metavar="F",
+                                       help="Re-sharding: keep a fraction F of each class, chosen by --seed.")
 
     def check(self) -> None:
         if self.classes is not None and not list(self.classes):
@@ -243,8 +287,8 @@ class ReshardOptions(SourceOptions):
             raise UsageError(f"--fraction must be above 0 and at most 1, not {self.fraction}")
 
 
-#: Every option class a convert keyword can belong to.
-GROUPS: Tuple[Type[OptionGroup], ...] = (PlanOptions, RunOptions, ImageOptions, TabularOptions, ReshardOptions)
+#: Every option class a convert keyword can belong to, in the order `shardkit convert --help` lists them.
+GROUPS: Tuple[Type[OptionGroup], ...] = (PlanOptions, ImageOptions, TabularOptions, ReshardOptions, RunOptions)
 
 
 def _flag_anywhere(name: str) -> str:
@@ -262,6 +306,17 @@ def known_names() -> List[str]:
     return list(seen)
 
 
+def option_specs() -> Iterator[OptionSpec]:
+    """Each convert option once (an option two source kinds share comes with its first class), in
+    GROUPS order: what the CLI generates its click options from."""
+    seen = set()
+    for group in GROUPS:
+        for name, spec in group.specs().items():
+            if name not in seen:
+                seen.add(name)
+                yield spec
+
+
 def refuse_unknown(names: Iterable[str], known: Sequence[str], where: str, also: Sequence[str] = ()) -> None:
     """UnknownOptionError naming the first name not in known, with the closest of known and also
     (names accepted elsewhere in the same call) if any: a misspelt option must never be ignored."""
@@ -271,15 +326,32 @@ def refuse_unknown(names: Iterable[str], known: Sequence[str], where: str, also:
             raise UnknownOptionError(where, name, close[0] if close else None, sorted([*known, *also]))
 
 
+def refuse_unknown_keywords(where: str) -> Callable[[F], F]:
+    """Decorator: a keyword the function does not take is an UnknownOptionError naming the closest
+    one it takes (not Python's bare TypeError), while type checkers still see its signature."""
+    def decorate(function: F) -> F:
+        known = list(inspect.signature(function).parameters)
+
+        @functools.wraps(function)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            refuse_unknown(kwargs, known, where)
+            return function(*args, **kwargs)
+        return typing.cast(F, checked)
+    return decorate
+
+
 def split_convert_options(values: Dict[str, Any]) -> Tuple[PlanOptions, RunOptions, Dict[str, Any]]:
-    """convert() keywords -> plan options, run options and the source keywords (typed once the
-    source kind is known); UsageError for an unknown keyword."""
+    """convert() keywords -> plan options, run options and the given source keywords, each checked
+    against its field's type (the source kind's class takes them once SRC's kind is known);
+    UsageError for an unknown keyword or a value of the wrong type."""
     refuse_unknown(values, known_names(), "convert")
     rest = dict(values)
     plan = PlanOptions.take(rest)
     run = RunOptions.take(rest)
-    return plan, run, rest
+    specs = {spec.name: spec for spec in option_specs()}
+    return plan, run, {name: typed_value(specs[name], value) for name, value in rest.items() if value is not None}
 
 
-__all__ = ["DEFAULT_BACKGROUND", "DEFAULT_IMAGE_MODE", "ImageOptions", "PlanOptions", "ReshardOptions",
-           "RunOptions", "SourceOptions", "TabularOptions", "refuse_unknown", "split_convert_options"]
+__all__ = ["DEFAULT_BACKGROUND", "DEFAULT_IMAGE_MODE", "Flag", "ImageOptions", "OptionSpec", "PlanOptions",
+           "ReshardOptions", "RunOptions", "SourceOptions", "TabularOptions", "known_names", "option_specs",
+           "refuse_unknown", "refuse_unknown_keywords", "split_convert_options"]

@@ -20,13 +20,15 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import SampleError, UsageError
-from ..options import DEFAULT_BACKGROUND, DEFAULT_IMAGE_MODE
 from ..records import Payload
 from ..schema import LAYOUT_ARRAY, LAYOUT_BYTES, SampleSchema
 from .pillow import _REPORTED_AS, DEFAULT_MAX_IMAGE_PIXELS, IMAGE_FORMATS, check_max_image_pixels, decode_image
 from .validate import DEFAULT_VALIDATE, check_structure, check_validate, sniff
 
 IMAGE_MODES = ("passthrough", "jpeg", "png", "webp", "raw")
+DEFAULT_IMAGE_MODE = "passthrough"
+#: Colour behind transparent pixels (--background), as #rrggbb.
+DEFAULT_BACKGROUND = "#ffffff"
 REENCODE_MODES = ("jpeg", "png", "webp")
 LOSSY_MODES = ("jpeg", "webp")
 DEFAULT_QUALITY = 90

@@ -1,30 +1,25 @@
-"""Format registry: name -> module holding a FORMAT object. Adding a format is one line here."""
+"""The formats: get_format(name) loads the module format_registry.py names for it."""
 from __future__ import annotations
 
 import importlib
-from typing import Dict, List
+from typing import List
 
 from ..errors import UsageError
+from ..format_registry import FORMAT_MODULES, FORMAT_NAMES
 from .base import ShardFormat, ShardReader, ShardWriter
 from .checked import (READ_FAILURES, SampleChecks, check_reader, check_version, open_checked, open_shard_file,
                       open_unchecked, reader_of, recorded_options, version_problem)
 
-_REGISTRY: Dict[str, str] = {
-    "hdf5": "shardkit.formats.hdf5",
-    "lmdb": "shardkit.formats.lmdb",
-    "pt": "shardkit.formats.pt",
-}
-
 
 def format_names() -> List[str]:
     """Names of every registered format, sorted."""
-    return sorted(_REGISTRY)
+    return list(FORMAT_NAMES)
 
 
 def get_format(name: str) -> ShardFormat:
     """The format object registered under name (imports its library on first use)."""
     try:
-        module_name = _REGISTRY[name]
+        module_name = FORMAT_MODULES[name]
     except KeyError:
         raise UsageError(f"unknown format {name!r}; choose one of {', '.join(format_names())}") from None
     return importlib.import_module(module_name).FORMAT

@@ -11,7 +11,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import (ConversionError, ConversionInterrupted, EmptySourceError,
                       ShardkitError, UnguardedMainError, UsageError)
@@ -20,7 +20,7 @@ from ..runtime.interrupt import SigintLatch
 from ..runtime.workers import exit_if_importing_main
 from .journal import Journal, claim_destination, remove_outputs, remove_stale_temps
 from ..manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, ShardTable, load_manifest
-from ..options import DEFAULT_FORMAT, PlanOptions, RunOptions, split_convert_options
+from ..options import DEFAULT_FORMAT, PlanOptions, RunOptions, refuse_unknown_keywords, split_convert_options
 from .plan import ShardTask, make_tasks, planned_order, sample_order
 from ..runtime.progress import Progress
 from .table_writer import write_sample_table
@@ -59,11 +59,59 @@ class ConvertReport:
         return data
 
 
-def convert(src: str, dst: str, format: str = DEFAULT_FORMAT, **kwargs: Any) -> ConvertReport:
-    """Convert SRC into a dataset of shards at DST; the keywords are the fields of the option
-    classes in options.py (PlanOptions, RunOptions and the source kind's class)."""
+@refuse_unknown_keywords("convert")
+def convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", *,
+            format: str = DEFAULT_FORMAT,
+            shard_size: Optional[Union[str, int]] = None,
+            samples_per_shard: Optional[int] = None,
+            compression: Optional[str] = None,
+            compression_level: Optional[int] = None,
+            readahead: Optional[bool] = None,
+            part: Optional[Union[str, Tuple[int, int]]] = None,
+            order: Optional[str] = None,
+            seed: Optional[int] = None,
+            image_mode: Optional[str] = None,
+            resize: Optional[int] = None,
+            size: Optional[Tuple[int, int]] = None,
+            quality: Optional[int] = None,
+            background: Optional[str] = None,
+            validate: Optional[str] = None,
+            max_image_pixels: Optional[int] = None,
+            labels: "Optional[Union[str, os.PathLike[str]]]" = None,
+            path_column: Optional[str] = None,
+            label_column: Optional[str] = None,
+            delimiter: Optional[str] = None,
+            no_labels: bool = False,
+            decimal: Optional[str] = None,
+            max_inflation: Optional[float] = None,
+            columns: Optional[Union[str, Sequence[str]]] = None,
+            text_columns: Optional[Union[str, Sequence[str]]] = None,
+            drop_columns: Optional[Union[str, Sequence[str]]] = None,
+            schema_file: "Optional[Union[str, os.PathLike[str]]]" = None,
+            classes: Optional[Union[str, Sequence[str]]] = None,
+            keys: "Optional[Union[str, os.PathLike[str]]]" = None,
+            fraction: Optional[float] = None,
+            workers: Optional[int] = None,
+            executor: Optional[str] = None,
+            address: Optional[str] = None,
+            on_error: Optional[str] = None,
+            max_errors: Optional[int] = None,
+            resume: bool = False,
+            overwrite: bool = False,
+            quiet: bool = True) -> ConvertReport:
+    """Convert SRC (an image tree, a table file or folder, or a shardkit dataset) into a dataset of
+    shards at DST.
+
+    Each keyword is the `shardkit convert` option of the same name with underscores
+    (`samples_per_shard` for `--samples-per-shard`; `schema_file` for `--schema`), checked the same
+    way: None (the default here) means the option's default, and an option that does not apply to
+    SRC's kind is a UsageError, and a misspelt keyword an UnknownOptionError naming the closest one.
+    `size` is a pair `(H, W)`; `columns` and `text_columns` take a list of names or the CLI's
+    comma-separated text. The Python API is quiet unless `quiet=False`.
+    """
+    given = {name: value for name, value in locals().items() if name not in ("src", "dst")}
     exit_if_importing_main()
-    plan, run, source_options = split_convert_options({"format": format, **kwargs})
+    plan, run, source_options = split_convert_options(given)
     started = time.monotonic()
     src, dst = os.fspath(src), os.fspath(dst)
     refuse_nested(src, dst, source_options.get("labels"))

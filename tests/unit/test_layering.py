@@ -10,10 +10,10 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "shardkit"
 
 LAYERS = {
-    "errors": 0, "units": 0, "records": 0, "schema": 0, "order": 0,
+    "errors": 0, "units": 0, "records": 0, "schema": 0, "order": 0, "format_registry": 0,
     "runtime": 0, "write": 0, "read": 0, "ops": 0, "remote": 0,  # the groups' __init__ modules (docstrings only)
     "integrity": 1, "manifest": 1, "codecs": 1, "samples": 1, "shard_table": 1, "sample_table": 1,
-    "options": 1,
+    "options": 1, "option_types": 1,
     "write.plan": 1, "write.journal": 1, "write.skip_log": 1, "read.indices": 1, "read.shared_buffers": 1,
     "read.budget": 1,
     "runtime.progress": 1, "runtime.interrupt": 1, "runtime.workers": 1, "runtime.isolation": 1, "runtime.forks": 1,
