@@ -5,16 +5,16 @@ import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import ConversionError, EmptySourceError, UsageError
-from ..manifest import MANIFEST_NAME, Manifest, ShardEntry, ShardTable, load_manifest
+from ..manifest import Manifest, ShardEntry, ShardTable
 from ..options import DEFAULT_FORMAT, RunOptions, refuse_unknown_keywords, split_convert_options
 from ..runtime.workers import exit_if_importing_main
 from ..sources import Skipped, Source, open_source
 from .conversion_plan import ConversionPlan, plan_conversion
 from .journal import Journal
+from .repair import finished_dataset, repair
 from .runner import write_shards
 from .session import ConversionSession
 from .skip_log import skip_log_of
@@ -110,9 +110,12 @@ def convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", *,
     try:
         source.choose(options)
         plan = plan_conversion(source, options, src)
-        finished = _already_complete(dst, plan.fingerprint, run)
+        finished = finished_dataset(dst, plan.fingerprint, run)
         if finished is not None:
-            return report_for(finished, dst, started, reused=len(finished.shards))
+            written, notes = repair(finished, dst, plan, source, run)
+            report = report_for(finished, dst, started, reused=len(finished.shards) - written)
+            report.warnings = notes
+            return report
         return _convert_source(source, src, dst, plan, run, started)
     finally:
         source.close()
@@ -165,21 +168,6 @@ def refuse_nested(src: str, dst: str, labels: Optional[str] = None) -> None:
         if os.path.commonpath([real, real_dst]) == real_dst:
             raise UsageError(f"DST holds {role} {path}; write the converted dataset to another folder",
                              path=dst)
-
-
-def _already_complete(dst: str, fingerprint: str, run: RunOptions) -> Optional[Manifest]:
-    """With --resume, a DST already finished from the same plan needs no work."""
-    journal = Journal(dst)
-    if not run.resume or not (Path(dst) / MANIFEST_NAME).is_file() or journal.exists():
-        return None
-    manifest = load_manifest(dst)
-    if manifest.source.get("fingerprint") != fingerprint:
-        raise UsageError("already holds a complete dataset made from other input or options; "
-                         "use --overwrite to replace it", path=dst)
-    if journal.root.exists():       # killed while removing its journal, after the manifest was written
-        journal.lock()
-        journal.remove()
-    return manifest
 
 
 def _assemble(results: List[ShardResult], source: Source, plan: ConversionPlan, format_options: Dict[str, Any],

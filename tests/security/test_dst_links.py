@@ -69,3 +69,18 @@ def test_temporary_names_are_unpredictable_and_created_exclusively(tmp_path: Pat
         os.close(create_new(planted))
     atomic_write_bytes(final, b"{}")
     assert target.read_bytes() == b"precious" and final.read_bytes() == b"{}"
+
+
+def test_resume_of_a_finished_dataset_whose_shards_folder_links_out_is_refused(tmp_path: Path) -> None:
+    """A complete DST whose shards/ was turned into a link to a folder outside DST: resume reads
+    nothing through it and reports nothing reused (it used to say "1 reused", exit 0)."""
+    src = source(tmp_path)
+    dst = tmp_path / "dst"
+    shardkit.convert(str(src), str(dst), format="hdf5")
+    outside = tmp_path / "outside"
+    (dst / "shards").rename(outside)
+    (dst / "shards").symlink_to(outside, target_is_directory=True)
+    before = {path.name: path.read_bytes() for path in outside.iterdir()}
+    with pytest.raises(UsageError, match="shards: is a symbolic link"):
+        shardkit.convert(str(src), str(dst), format="hdf5", resume=True)
+    assert {path.name: path.read_bytes() for path in outside.iterdir()} == before
