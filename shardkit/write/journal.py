@@ -14,7 +14,7 @@ import re
 import shutil
 import weakref
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import DestinationExistsError, LockedError, UsageError
 from ..integrity import PathLike, atomic_write_json, json_bytes, replace_bytes
@@ -131,9 +131,17 @@ class Journal:
 
 
 # ---- DST as a whole: claiming it for a conversion, and tidying it -------------------------
-_OWN_ENTRIES = {MANIFEST_NAME, SKIPPED_NAME, TABLE_NAME, SHARDS_DIR, JOURNAL_DIR}
 #: Temporary names of atomic writes and of shards being written (integrity.temp_path).
 _TEMP_NAME = re.compile(r"^\..+\.tmp(-[0-9a-f]+)?$")
+#: What shardkit writes in each of its folders: top-level names (file or folder), shard files, the
+#: journal's lock, plan and done records. Deepest last: remove_outputs empties them deepest first.
+_OWN_FOLDERS: Tuple[Tuple[str, Any], ...] = (
+    ("", {**dict.fromkeys((MANIFEST_NAME, SKIPPED_NAME, TABLE_NAME), "file"),
+          SHARDS_DIR: "folder", JOURNAL_DIR: "folder"}),
+    (SHARDS_DIR, re.compile(r"^shard-\d{5,}\.[a-z0-9]+$")),
+    (JOURNAL_DIR, {"lock": "file", "plan.json": "file", "done": "folder"}),
+    (f"{JOURNAL_DIR}/done", re.compile(r"^shard-\d{5,}\.json$")),
+)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 #: What shardkit writes, renames or deletes inside DST; none of it may be a symbolic link.
 _LINK_CHECKED = (SHARDS_DIR, JOURNAL_DIR, f"{JOURNAL_DIR}/done", f"{JOURNAL_DIR}/lock", f"{JOURNAL_DIR}/plan.json",
@@ -183,15 +191,37 @@ def _check_destination(path: Path, overwrite: bool, resume: bool, journal: Journ
     if entries and not (overwrite or resume):
         raise DestinationExistsError("is not empty; pass --overwrite to replace it or --resume to "
                                      "continue an interrupted conversion", path=dst)
-    foreign = [name for name in entries if name not in _OWN_ENTRIES and not _TEMP_NAME.match(name)]
+    foreign = foreign_entries(dst) if entries else []
     if foreign and overwrite:
-        raise DestinationExistsError(f"holds files shardkit did not write ({', '.join(foreign[:3])}); "
-                                     "refusing to delete them — choose an empty DST", path=dst)
+        raise DestinationExistsError(f"holds files shardkit did not write ({', '.join(foreign[:3])}"
+                                     f"{', ...' if len(foreign) > 3 else ''}); refusing to delete them — "
+                                     "move them out of DST, or choose an empty DST", path=dst)
     if entries and resume and not journal.exists():
-        if foreign or (path / MANIFEST_NAME).exists():
+        if [name for name in foreign if "/" not in name] or (path / MANIFEST_NAME).exists():
             raise UsageError("nothing to resume here (no unfinished conversion); "
                              "use --overwrite to start over", path=dst)
         # Killed before its plan was recorded: nothing can be finished, so start afresh.
+
+
+def foreign_entries(dst: PathLike) -> List[str]:
+    """Paths (relative to DST) of what shardkit did not write there: anything at the top but its
+    own entries, anything in shards/ but shard files, anything in the journal but its lock, plan
+    and done records (temporary files of its atomic writes count as its own)."""
+    foreign = []
+    for rel, own in _OWN_FOLDERS:
+        folder = os.path.join(dst, rel) if rel else os.fspath(dst)
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            name = f"{rel}/{entry.name}" if rel else entry.name
+            if _TEMP_NAME.match(entry.name) and not entry.is_dir(follow_symlinks=False):
+                continue
+            wanted = own.get(entry.name) if isinstance(own, dict) else ("file" if own.match(entry.name) else None)
+            if wanted is None or (entry.is_dir(follow_symlinks=False) != (wanted == "folder")):
+                foreign.append(name)
+    return sorted(foreign)
 
 
 def remove_stale_temps(dst: str) -> None:
@@ -211,15 +241,30 @@ def remove_stale_temps(dst: str) -> None:
 
 
 def remove_outputs(dst: str, keep_lock: bool = False) -> None:
-    """Delete what a conversion writes in DST (and its journal unless keep_lock)."""
+    """Delete what a conversion writes in DST (and its journal unless keep_lock); never a file it
+    did not write (foreign_entries), nor a folder that still holds one."""
     refuse_links(dst)
-    path = Path(dst)
-    for name in (MANIFEST_NAME, SKIPPED_NAME, TABLE_NAME):
-        if (path / name).exists():
-            (path / name).unlink()
-    shutil.rmtree(path / SHARDS_DIR, ignore_errors=True)
-    if not keep_lock:
-        shutil.rmtree(path / JOURNAL_DIR, ignore_errors=True)
+    foreign = set(foreign_entries(dst))
+    for rel, _ in reversed(_OWN_FOLDERS):           # deepest first, so each folder can go once empty
+        if keep_lock and rel.startswith(JOURNAL_DIR):
+            continue
+        folder = os.path.join(dst, rel)
+        for name in _names(folder):
+            target = os.path.join(folder, name)
+            if (f"{rel}/{name}" if rel else name) not in foreign and not os.path.isdir(target):
+                os.unlink(target)
+        if rel:
+            try:
+                os.rmdir(folder)
+            except OSError:         # it still holds what shardkit did not write
+                pass
+
+
+def _names(folder: str) -> List[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
 
 
 if hasattr(os, "register_at_fork"):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,47 @@ def test_overwrite_never_deletes_foreign_files(image_tree: Path, tmp_path: Path)
     result = CliRunner().invoke(main, ["convert", str(image_tree), str(dst), "--overwrite", "-q"])
     assert result.exit_code == 2 and "did not write" in result.output
     assert (dst / "thesis.tex").read_text() == "precious"
+
+
+@pytest.fixture(scope="module")
+def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """src/: 8 images; dst/: their dataset in 2 shards."""
+    from shardkit.samples import make_image_tree
+    root = tmp_path_factory.mktemp("small")
+    make_image_tree(str(root / "src"), num_images=8, seed=2)
+    assert run("convert", root / "src", root / "dst", "-q", "--samples-per-shard", "4").exit_code == 0
+    return root
+
+
+@pytest.mark.parametrize("foreign, named", [
+    ("shards/notes.txt", "shards/notes.txt"), ("shards/extra/shard-00009.h5", "shards/extra"),
+    (".shardkit/keep.txt", ".shardkit/keep.txt"), (".shardkit/done/keep.txt", ".shardkit/done/keep.txt")])
+def test_overwrite_never_deletes_foreign_files_in_its_own_folders(foreign: str, named: str, small_dataset: Path,
+                                                                  tmp_path: Path) -> None:
+    """--overwrite replaces what shardkit wrote; a file it did not write, even inside shards/ or
+    the journal, makes it refuse (exit 2, naming the file) and touch nothing."""
+    dst = tmp_path / "dst"
+    shutil.copytree(small_dataset / "dst", dst)
+    (dst / foreign).parent.mkdir(parents=True, exist_ok=True)
+    (dst / foreign).write_text("precious")
+    before = {path: path.read_bytes() for path in dst.rglob("*") if path.is_file()}
+    result = CliRunner().invoke(main, ["convert", str(small_dataset / "src"), str(dst), "--overwrite", "-q"])
+    assert result.exit_code == 2 and f"did not write ({named})" in result.output
+    assert {path: path.read_bytes() for path in dst.rglob("*") if path.is_file()} == before
+
+
+def test_clean_up_after_an_empty_source_leaves_foreign_files(tmp_path: Path) -> None:
+    """A run that finds nothing usable removes what it wrote, and only that."""
+    src = tmp_path / "src" / "cls"
+    src.mkdir(parents=True)
+    (src / "broken.png").write_bytes(b"not a png")
+    dst = tmp_path / "dst"
+    (dst / "shards").mkdir(parents=True)
+    (dst / "shards" / "notes.txt").write_text("precious")
+    result = CliRunner().invoke(main, ["convert", str(tmp_path / "src"), str(dst), "--resume", "-q"])
+    assert result.exit_code == 1 and "no usable sample" in result.output
+    assert (dst / "shards" / "notes.txt").read_text() == "precious"
+    assert sorted(path.relative_to(dst).as_posix() for path in dst.rglob("*")) == ["shards", "shards/notes.txt"]
 
 
 def test_verify_failure_exits_1(image_tree: Path, tmp_path: Path) -> None:
