@@ -21,7 +21,7 @@ class ShardkitGroup(click.Group):
         except ShardkitError as exc:
             _fail(type(exc).__name__, str(exc), exc.exit_code, as_json, getattr(exc, "path", None))
         except click.UsageError as exc:     # click's own (bad choice, no such option): one line too
-            hint = f" (see shardkit {exc.ctx.info_name} --help)" if exc.ctx is not None and not as_json else ""
+            hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None and not as_json else ""
             _fail("UsageError", exc.format_message() + hint, exc.exit_code, as_json)
         except KeyboardInterrupt:
             _fail("ConversionInterrupted", "interrupted", 130, as_json)

@@ -113,3 +113,11 @@ def test_columns_as_text_are_split_like_the_cli(tmp_path: Path) -> None:
                                        "--columns", "a,c", "-q"])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "cli" / "manifest.json").read_text())["schema"] == spelt["list"]
+
+
+def test_a_mistyped_command_points_at_the_right_help() -> None:
+    result = CliRunner().invoke(main, ["verfiy", "x"], prog_name="shardkit")
+    assert result.exit_code == 2
+    assert "Did you mean 'verify'? (see shardkit --help)" in result.output and "shardkit shardkit" not in result.output
+    result = CliRunner().invoke(main, ["convert", "a", "b", "--format", "zarr"], prog_name="shardkit")
+    assert "(see shardkit convert --help)" in result.output
