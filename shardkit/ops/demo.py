@@ -61,10 +61,12 @@ def run_demo(workdir: Optional[str], format_name: str = "hdf5", images: int = 40
     started = time.perf_counter()
     seen = 0
     counts = np.zeros(len(dataset.classes), dtype=np.int64)
+    shape = None                    # the first batch's: a full one, unless the epoch is one short batch
     for images_batch, labels in loader:
+        shape = shape or tuple(images_batch.shape)
         seen += len(labels)
         counts += np.bincount(labels.numpy(), minlength=len(counts))
     rate = seen / (time.perf_counter() - started)
     echo(f"    read {seen} samples ({', '.join(f'{n} {c}' for c, n in zip(dataset.classes, counts))}) "
-         f"at {rate:.0f} samples/s, batches of {tuple(images_batch.shape)}")
+         f"at {rate:.0f} samples/s, batches of {shape}")
     return rate

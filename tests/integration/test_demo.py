@@ -21,6 +21,7 @@ def test_demo_command(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "OK: 1 shards, 48 samples checked" in result.output
     assert "read 48 samples (12 circle, 12 square, 12 stripes, 12 triangle) at" in result.output
+    assert "batches of (32, 3, 64, 64)" in result.output      # a full batch's shape, not the last (16)
     assert (tmp_path / "dataset-hdf5" / "manifest.json").is_file()
     assert (Path(tree_folder(str(tmp_path), 48)) / "circle").is_dir()
 
