@@ -1,8 +1,10 @@
 """Data-parallel training on the shardkit demo tree: torchrun, gloo, ShardAwareSampler with set_epoch.
 
     torchrun --standalone --nproc-per-node 2 examples/ddp_train.py --workdir /tmp/shardkit-ddp
+    torchrun --standalone --nproc-per-node 2 examples/ddp_train.py --workdir /tmp/ddp --src /data/images
 
-Rank 0 draws and converts the demo tree (the others wait at a barrier); every rank then opens the
+Rank 0 converts the ImageFolder tree given by --src, or draws the demo tree and converts it (the
+others wait at a barrier); every rank then opens the
 dataset, and ShardAwareSampler gives each rank an equal block of each epoch's permutation (rank and
 world size from torch.distributed). Each epoch the ranks check together that they read every
 sample exactly once, and rank 0 prints the loss and samples/s.
@@ -57,7 +59,8 @@ class WithIdentity(torch.utils.data.Dataset):
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", default="shardkit-ddp")
-    parser.add_argument("--images", type=int, default=400)
+    parser.add_argument("--src", default=None, help="an ImageFolder tree (default: draw the demo tree)")
+    parser.add_argument("--images", type=int, default=400, help="demo tree size")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--workers", type=int, default=1)
@@ -66,8 +69,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     dst = os.path.join(args.workdir, "dataset")
     if rank == 0 and not os.path.isfile(os.path.join(dst, "manifest.json")):
-        src = os.path.join(args.workdir, "images")
-        if not os.path.isdir(src):
+        src = args.src or os.path.join(args.workdir, "images")
+        if not args.src and not os.path.isdir(src):
             make_image_tree(src, args.images)
         shardkit.convert(src, dst, samples_per_shard=64, image_mode="raw", size=(SIDE, SIDE), quiet=True)
     dist.barrier()
