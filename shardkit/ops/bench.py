@@ -105,8 +105,18 @@ def bench(dst: "str | os.PathLike[str]", num_workers: Sequence[int] = (0, 1, 2, 
         report.results.append(result)
         if on_result is not None:
             on_result(result)
-    report.recommended_num_workers, report.recommendation = _recommend(report)
+    report.recommended_num_workers, report.recommendation = _recommend(report, _stored_note(dataset.manifest.schema))
     return report
+
+
+def _stored_note(schema: Any) -> str:
+    """What the stored-bytes numbers mean for training: encoded images still need decoding in the
+    loader; fixed-shape samples (table rows, raw images) are read as they are used."""
+    if schema.kind == "image" and not schema.is_array:
+        return "for stored bytes only: decoding in the loader needs more workers, measure it with --decode"
+    what = "table rows" if schema.kind == "tabular" else "raw images"
+    return (f"{what} are stored as fixed-shape arrays and read without decoding: training reads at about "
+            "this rate, plus what your transform costs")
 
 
 def _open(dst: str, decode: bool) -> "tuple[Any, bool, str]":
@@ -204,8 +214,9 @@ def _measure(dataset: Any, workers: int, batch_size: int, stacked: bool, seconds
                        mb_per_s=rate * bytes_per_sample / 1e6, first_batch_s=first - started)
 
 
-def _recommend(report: BenchReport) -> "tuple[Optional[int], str]":
-    """The fewest workers within GOOD_ENOUGH of the best rate, as a DataLoader line."""
+def _recommend(report: BenchReport, stored_note: str = "") -> "tuple[Optional[int], str]":
+    """The fewest workers within GOOD_ENOUGH of the best rate, as a DataLoader line (with
+    stored_note when the stored samples were read, not decoded)."""
     if not report.results:
         return None, ""
     best = max(result.samples_per_s for result in report.results)
@@ -224,8 +235,8 @@ def _recommend(report: BenchReport) -> "tuple[Optional[int], str]":
         text += f" (more workers gained under {GOOD_ENOUGH:.0%})"
     if workers > report.cpus:
         text += f"; note: more workers than the {report.cpus} CPUs here"
-    if not report.decode:
-        text += "; for stored bytes only: decoding in the loader needs more workers, measure it with --decode"
+    if not report.decode and stored_note:
+        text += f"; {stored_note}"
     return workers, text
 
 

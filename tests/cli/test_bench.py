@@ -83,6 +83,9 @@ def test_fixed_shape_samples_stack(tmp_path: Path) -> None:
         report = bench(str(dst), num_workers=(0, 1), batch_size=16, decode=decode, seconds=0.1)
         assert report.collate == "stack" and report.reads == reads and report.num_samples == 100
         assert all(r.samples == 16 * r.batches > 0 for r in report.results)    # counted from [samples, labels]
+        # advice that fits a table: its rows are not images, and nothing is left to decode
+        assert "decod" not in report.recommendation.replace("without decoding", "")
+        assert ("table rows are stored as fixed-shape arrays" in report.recommendation) is not decode
 
 
 def test_resize_to_tensor_gives_chw_uint8() -> None:
