@@ -10,6 +10,7 @@ finished shard: `--resume` reuses every shard with a done record.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Dict, List, Optional
 
 from ..errors import ConversionError, ShardkitError, UsageError
@@ -37,15 +38,17 @@ def _ray() -> Any:
 
 def run_on_ray(ctx: SinkContext, tasks: List[ShardTask], address: Optional[str],
                on_result: Callable[[ShardResult], None], on_progress: Callable[[int, int], None],
-               retries: int = RETRIES) -> None:
+               retries: int = RETRIES, quiet: bool = True) -> None:
     """Write tasks as Ray tasks on the cluster at `address` (None: a Ray already initialised in
     this process, else a local one started for this run), calling on_result as each ends and
-    on_progress(items, source bytes) between waits (where a Ctrl-C is raised)."""
+    on_progress(items, source bytes) between waits (where a Ctrl-C is raised). quiet: Ray's own
+    loggers say only errors while it starts (no banner, no notice about its token)."""
     ray = _ray()
     started = not ray.is_initialized()
     if started:
         try:
-            ray.init(address=address, log_to_driver=False, configure_logging=False)
+            ray.init(address=address, log_to_driver=False, configure_logging=quiet,
+                     logging_level=logging.ERROR if quiet else logging.INFO)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UsageError(f"cannot reach a Ray cluster at {address or 'a new local one'} ({exc})") from None
     remote = ray.remote(max_retries=retries, retry_exceptions=False)(write_shard_task)

@@ -81,7 +81,7 @@ def _executor(options: RunOptions) -> Callable[..., None]:
     workers (parallel.py) or Ray tasks (ray_executor.py), both through the same sink."""
     if options.executor == "ray":
         from .ray_executor import run_on_ray
-        return functools.partial(run_on_ray, address=options.address)
+        return functools.partial(run_on_ray, address=options.address, quiet=options.quiet)
     from .parallel import run_parallel
     return functools.partial(run_parallel, workers=options.workers)
 
