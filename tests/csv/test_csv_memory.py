@@ -50,6 +50,7 @@ def _large_string_csv(path: Path, megabytes: int) -> int:
     return repeats * len(lines)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["numeric", "strings"])
 def test_peak_rss_stays_far_below_the_file_size(tmp_path, kind):
     src = tmp_path / "large.csv"

@@ -98,6 +98,7 @@ def _payload_flip(regions: List[Region], rng: np.random.Generator) -> Tuple[int,
     return shard, local, int(rng.integers(start, stop)), int(rng.integers(8))
 
 
+@pytest.mark.slow
 def test_verify_full_detects_every_flip(flip_dataset: Path, fmt: str) -> None:
     shards = shard_paths(flip_dataset)
     sizes = [os.path.getsize(p) for p in shards]
@@ -116,6 +117,7 @@ def test_verify_full_detects_every_flip(flip_dataset: Path, fmt: str) -> None:
     assert shardkit.verify(str(flip_dataset), mode="deep").ok, "flipping back restored the dataset"
 
 
+@pytest.mark.slow
 def test_verify_deep_names_the_damaged_sample(flip_dataset: Path, fmt: str) -> None:
     regions, _ = payload_regions(flip_dataset)
     shards = shard_paths(flip_dataset)
@@ -132,6 +134,7 @@ def test_verify_deep_names_the_damaged_sample(flip_dataset: Path, fmt: str) -> N
     assert named == DEEP_TRIALS
 
 
+@pytest.mark.slow
 def test_verify_deep_reports_flips_outside_payloads(flip_dataset: Path, fmt: str) -> None:
     regions, _ = payload_regions(flip_dataset)
     shards = shard_paths(flip_dataset)

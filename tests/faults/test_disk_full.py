@@ -78,6 +78,7 @@ def _check_failed_cleanly(result: subprocess.CompletedProcess, dst: Path, words:
     return line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt, workers", [(name, 1) for name in format_names()] + [(format_names()[0], 2)])
 def test_file_size_limit_during_a_shard(tree_with_a_big_image: Path, fmt: str, tmp_path: Path, workers: int) -> None:
     """Every format in one process; with workers (stopping the others when one fails, removing
@@ -133,6 +134,7 @@ def small_tmpfs(tmp_path: Path):
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
+@pytest.mark.slow
 def test_full_tmpfs_then_resume_after_space_returns(tree_with_a_big_image: Path, fmt: str, tmp_path: Path,
                                                     small_tmpfs: Path) -> None:
     expected = _reference(tree_with_a_big_image, tmp_path / "ref", fmt, 3)

@@ -72,6 +72,7 @@ def _workers_of(pid: int) -> List[int]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_ctrl_c_exits_promptly_and_resume_finishes(process_tree: Path, reference: tuple, fmt: str,
                                                    tmp_path: Path, workers: int) -> None:
@@ -79,6 +80,7 @@ def test_ctrl_c_exits_promptly_and_resume_finishes(process_tree: Path, reference
     _interrupt(process_tree, reference, fmt, tmp_path, workers, "group")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS[:1])
 def test_ctrl_c_does_not_wait_for_a_stuck_worker(process_tree: Path, reference: tuple, fmt: str,
                                                  tmp_path: Path) -> None:

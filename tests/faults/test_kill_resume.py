@@ -21,6 +21,9 @@ import pytest
 from .helpers import (EPOCH, convert_args, done_records, run_cli, session_processes, start_cli, timed_run,
                       tree_bytes, wait_for)
 
+#: kill -9 trials of real processes: slow (-m "not slow" leaves them out; the README's command and CI run them)
+pytestmark = pytest.mark.slow
+
 #: (workers, trials) per format: 7 kills per format, 21 over the three formats.
 TRIALS = [(1, 5), (2, 2)]
 

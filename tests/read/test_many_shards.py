@@ -10,6 +10,9 @@ import pytest
 
 import shardkit
 
+#: hundreds of shards read in child processes: slow (-m "not slow" leaves them out; CI runs them)
+pytestmark = pytest.mark.slow
+
 SHARDS = 300
 LIMIT = 100      # descriptors, soft and hard, in the reading process: far fewer than the shards
 

@@ -38,3 +38,20 @@ def test_each_name_a_package_exports_is_defined_once() -> None:
     assert exported, "no package __all__ was read"
     twice = {name: defined[name] for names in exported.values() for name in names if len(defined.get(name, [])) > 1}
     assert not twice, twice
+
+
+def test_each_declared_marker_marks_tests_and_the_readme_runs_them_all() -> None:
+    """setup.cfg's markers are used (a declared `slow` that marks nothing lets slow tests hide in
+    the quick run), and the README's test command deselects none of them."""
+    import configparser
+    import re
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    declared = [line.split(":")[0].strip() for line in config["tool:pytest"]["markers"].strip().splitlines()]
+    assert "slow" in declared
+    sources = "\n".join(path.read_text() for path in (REPO / "tests").rglob("test_*.py"))
+    for marker in declared:
+        uses = len(re.findall(rf"\bpytest\.mark\.{marker}\b", sources))
+        assert uses >= (5 if marker == "slow" else 1), f"marker {marker!r} marks {uses} tests"
+    command = next(line for line in (REPO / "README.md").read_text().splitlines() if "-m pytest" in line)
+    assert " -m \"not" not in command and " -m 'not" not in command, command
