@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, List, Set
+from typing import Any, Callable, List, Set
 
 from ..integrity import SharedFolderSync
 from .sink import ShardResult, WrittenShard
@@ -23,8 +23,11 @@ class CommitPipeline:
     interrupted run stops at once and counts no shard it had not finished. After an error the
     commits under way finish, so --resume keeps their shards."""
 
-    def __init__(self, threads: int = COMMIT_THREADS) -> None:
+    def __init__(self, threads: int = COMMIT_THREADS, interrupted: Callable[[], bool] = lambda: False) -> None:
+        """interrupted(): whether a Ctrl-C has come (the latch's), read by each commit just before
+        its rename, so none is renamed once the Ctrl-C is seen, not only once the block is left."""
         self._threads = threads
+        self._interrupted = interrupted
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="shardkit-commit")
         self._pending: Set[Future] = set()
         self._stopping = threading.Event()
@@ -41,9 +44,12 @@ class CommitPipeline:
     def submit(self, written: WrittenShard) -> List[ShardResult]:
         """Start committing `written`; the results of commits done by now (waits while `threads`
         commits are already under way)."""
-        self._pending.add(self._pool.submit(written.commit, self._stopping.is_set, self._sync_folder))
+        self._pending.add(self._pool.submit(written.commit, self._cancelled, self._sync_folder))
         done = self._collect(block=len(self._pending) >= self._threads)
         return done
+
+    def _cancelled(self) -> bool:
+        return self._stopping.is_set() or self._interrupted()
 
     def finish(self) -> List[ShardResult]:
         """Wait for every commit; their results."""

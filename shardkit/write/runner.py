@@ -55,11 +55,12 @@ def write_shards(ctx: SinkContext, tasks: List[ShardTask], options: RunOptions, 
         if options.executor == "local" and (options.workers <= 1 or len(tasks) <= 1):
             # Ctrl-C is raised by latch.check() between items and shards, never inside a format
             # library's write (torch.save calling back into Python aborts the process on one).
-            with CommitPipeline() as pipeline, latch.deferred():
+            with CommitPipeline(interrupted=lambda: latch.hit) as pipeline, latch.deferred():
                 for task in tasks:
                     latch.check()
                     written = write_shard_file(dataclasses.replace(ctx, max_errors=remaining()), task,
                                                progress=advance)
+                    latch.check()       # a Ctrl-C during its close: not committed (its file is removed)
                     count_skipped(written.result)
                     for result in pipeline.submit(written):
                         results.append(result)

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Set
 
 import pytest
 
@@ -43,12 +43,34 @@ def _interrupted_lines(proc: subprocess.Popen) -> List[str]:
     return [line for line in stderr.splitlines() if line.strip()]
 
 
-def _renamed(dst: Path) -> int:
-    """Shard files renamed into place (temporary files start with a dot)."""
+def _on_disk(dst: Path) -> Set[str]:
+    """Shards with a file in shards/, renamed into place or still temporary (a dot and .tmp-),
+    by stem: every shard the run had started writing."""
     try:
-        return sum(1 for name in os.listdir(dst / "shards") if name.startswith("shard-"))
+        names = os.listdir(dst / "shards")
     except OSError:
-        return 0
+        return set()
+    return {name.lstrip(".").split(".")[0] for name in names if name.lstrip(".").startswith("shard-")}
+
+
+def _done(dst: Path) -> Set[str]:
+    """Shards with a done record, by stem."""
+    try:
+        return {name.split(".")[0] for name in os.listdir(dst / ".shardkit" / "done") if name.startswith("shard-")}
+    except OSError:
+        return set()
+
+
+def _stopped(pids: List[int]) -> bool:
+    """Whether every process of pids is stopped (or gone)."""
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] not in ("T", "t", "Z", "X"):
+                    return False
+        except OSError:
+            continue
+    return True
 
 
 def _temps(dst: Path) -> List[str]:
@@ -97,26 +119,39 @@ def _interrupt(process_tree: Path, reference: tuple, fmt: str, tmp_path: Path, w
     with _killed_at_exit(start_cli(*args, env_extra=EPOCH)) as proc:
         assert wait_for(lambda: done_records(dst) >= 2 or proc.poll() is not None, timeout=60)
         assert proc.poll() is None, "the run ended before it could be interrupted"
-        if target == "group":
-            os.killpg(proc.pid, signal.SIGINT)       # what a terminal's Ctrl-C does
-        else:
+        stuck: List[int] = []
+        if target == "stuck-worker":
             # one worker hangs (as on a dead network mount): Ctrl-C must not wait for it
             assert wait_for(lambda: len(_workers_of(proc.pid)) == workers, timeout=30)
-            os.kill(_workers_of(proc.pid)[0], signal.SIGSTOP)
+            stuck = _workers_of(proc.pid)[:1]
+            os.kill(stuck[0], signal.SIGSTOP)
+        # The moment of the Ctrl-C, held still: every process of the run is stopped while the test
+        # notes which shards it had started (a file on disk, renamed or temporary), then gets SIGINT
+        # (to the whole group, as a terminal's Ctrl-C, or to the command alone) and goes on.
+        os.killpg(proc.pid, signal.SIGSTOP)
+        assert wait_for(lambda: _stopped(session_processes(proc.pid)), timeout=30)
+        started = _on_disk(dst)
+        if target == "group":
+            os.killpg(proc.pid, signal.SIGINT)          # what a terminal's Ctrl-C does
+        else:
             os.kill(proc.pid, signal.SIGINT)
-        done_at_signal, renamed_at_signal = done_records(dst), _renamed(dst)
+        for pid in session_processes(proc.pid):
+            if pid not in stuck:
+                os.kill(pid, signal.SIGCONT)
         [line] = _interrupted_lines(proc)
     assert line.startswith("error: ") and "interrupted" in line and "run the same command with --resume" in line
     assert wait_for(lambda: not session_processes(proc.pid), timeout=10), "a worker outlived Ctrl-C"
     assert not (dst / "manifest.json").exists()
     assert _temps(dst) == [], "Ctrl-C left temporary files"
-    # A shard renamed into place before the signal still gets its done record (its commit was
-    # under way: commits overlap in background threads); each worker may be renaming the one it
-    # holds as the signal lands. Anything beyond that means the run went on after Ctrl-C.
-    finished = done_records(dst)
-    assert finished <= max(done_at_signal, renamed_at_signal) + workers and finished < total, \
-        f"the run went on after Ctrl-C: {done_at_signal} shards done and {renamed_at_signal} renamed at the " \
-        f"signal, {finished} done after, of {total}"
+    # A shard whose file existed at the signal may still be finished: its commit can be past the
+    # point of no return (commits overlap in background threads, up to 8 at once). So may the one
+    # each worker was encoding, whose file an HDF5 or .pt writer makes only at its close, when the
+    # Ctrl-C reached the command alone: those are the first shards, in plan order, without a file.
+    # Any other shard finished means the run went on after the Ctrl-C.
+    finished = _done(dst)
+    in_hand = sorted(set(f"shard-{number:05d}" for number in range(total)) - started)[:workers]
+    assert finished <= started | set(in_hand) and len(finished) < total, \
+        f"the run went on after Ctrl-C: {sorted(finished - started)} done, not started at the signal"
 
     result = run_cli(*args, "--resume", env_extra=EPOCH)
     assert result.returncode == 0, result.stderr
