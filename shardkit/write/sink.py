@@ -18,6 +18,7 @@ from ..errors import ConversionError
 from ..formats import get_format
 from ..formats.base import FormatOptions
 from ..integrity import FolderSync, fsync_path, hash_file, hash_shard_file, temp_path
+from ..runtime.fault_points import kill_point
 from .journal import Journal
 from ..manifest import SHARDS_DIR
 from .plan import ShardTask
@@ -232,6 +233,7 @@ def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[Progr
     except OSError as exc:
         _unlink_quietly(tmp)
         raise write_failure(final, task, exc) from None
+    kill_point("shard-written", str(final))      # tests only: a writer killed with its file not yet committed
     result = ShardResult(shard=task.shard, path=rel, num_samples=count, size=size, sha256="",
                          source_bytes=source_bytes, skipped=[item.to_dict() for item in skipped],
                          tags=dict(sorted(tags.items())),

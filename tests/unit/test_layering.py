@@ -17,6 +17,7 @@ LAYERS = {
     "write.plan": 1, "write.journal": 1, "write.skip_log": 1, "read.indices": 1, "read.shared_buffers": 1,
     "read.budget": 1,
     "runtime.progress": 1, "runtime.interrupt": 1, "runtime.workers": 1, "runtime.isolation": 1, "runtime.forks": 1,
+    "runtime.fault_points": 1,
     "remote.location": 1, "remote.retry": 1, "remote.transfer": 2, "remote.cache_folder": 2, "remote.cache": 3,
     "sources": 2, "formats": 2,
     "write.sink": 3, "write.commit": 3, "write.conversion_plan": 3, "write.session": 3, "write.runner": 3,
