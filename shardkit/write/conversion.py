@@ -99,7 +99,10 @@ def convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", *,
     `size` is a pair `(H, W)`; `columns` and `text_columns` take a list of names or the CLI's
     comma-separated text. The Python API is quiet unless `quiet=False`.
     """
-    given = {name: value for name, value in locals().items() if name not in ("src", "dst")}
+    return _convert(src, dst, {name: value for name, value in locals().items() if name not in ("src", "dst")})
+
+
+def _convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", given: Dict[str, Any]) -> ConvertReport:
     exit_if_importing_main()
     options, run, source_options = split_convert_options(given)
     started = time.monotonic()

@@ -159,6 +159,67 @@ class WrittenShard:
         return self.result
 
 
+class _Tally:
+    """What a shard's items came to (samples, source bytes, skipped inputs, tags, labels), with
+    progress reported every PROGRESS_EVERY items; --on-error fail and the --max-errors left to this
+    shard are enforced as skips come."""
+
+    def __init__(self, ctx: SinkContext, progress: Optional[ProgressFn]) -> None:
+        self.ctx, self.progress = ctx, progress
+        self.skipped: List[Skipped] = []
+        self.tags: Counter = Counter()
+        self.labels: Counter = Counter()
+        self.count = self.source_bytes = 0
+        self._unreported = [0, 0]             # items and source bytes not yet given to progress
+
+    def skip(self, outcome: Skipped) -> None:
+        self.skipped.append(outcome)
+        if self.ctx.on_error == "fail":
+            raise outcome.failure("--on-error fail")
+        if self.ctx.max_errors is not None and len(self.skipped) > self.ctx.max_errors:
+            raise ConversionError(f"more than {self.ctx.error_limit} inputs failed (--max-errors); "
+                                  f"last: {outcome.message()}", path=outcome.path)
+        self._report(1, 0)
+
+    def add(self, outcome: Any) -> None:
+        """Count a Converted sample or a ConvertedRun the writer has just taken."""
+        if isinstance(outcome, ConvertedRun):
+            self.count += len(outcome.samples)
+            if isinstance(outcome.samples, EncodedRows):
+                count_labels(self.labels, outcome.samples.labels)
+            else:
+                self.labels.update([sample.label for sample in outcome.samples])
+            self.tags.update(tag for tag in outcome.tags if tag)
+            items = len(outcome.samples)
+        else:
+            self.count += 1
+            self.labels[outcome.sample.label] += 1
+            if outcome.tag:
+                self.tags[outcome.tag] += 1
+            items = 1
+        self.source_bytes += outcome.source_bytes
+        self._report(items, outcome.source_bytes)
+
+    def _report(self, items: int, nbytes: int) -> None:
+        self._unreported[0] += items
+        self._unreported[1] += nbytes
+        if self.progress and self._unreported[0] >= PROGRESS_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        """Report what is not reported yet."""
+        if self.progress and self._unreported[0]:
+            self.progress(*self._unreported)
+            self._unreported[:] = [0, 0]
+
+    def result(self, task: ShardTask, rel: str, size: int) -> ShardResult:
+        return ShardResult(shard=task.shard, path=rel, num_samples=self.count, size=size, sha256="",
+                           source_bytes=self.source_bytes, skipped=[item.to_dict() for item in self.skipped],
+                           tags=dict(sorted(self.tags.items())),
+                           labels={str(label): number for label, number in sorted(self.labels.items())
+                                   if label != NO_LABEL})
+
+
 def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[ProgressFn] = None) -> WrittenShard:
     """The encoding half of write_shard: the task's items written to a temporary file, closed, with
     the facts of its done record except the sha256 (commit() adds it)."""
@@ -166,18 +227,7 @@ def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[Progr
     rel = shard_relpath(task, fmt.extension)
     final = Path(ctx.dst) / rel
     tmp = temp_path(final)
-    skipped: List[Skipped] = []
-    tags: Counter = Counter()
-    labels: Counter = Counter()
-    count = source_bytes = 0
-    unreported = [0, 0]             # items and source bytes not yet given to progress
-
-    def report(items: int, nbytes: int) -> None:
-        unreported[0] += items
-        unreported[1] += nbytes
-        if progress and unreported[0] >= PROGRESS_EVERY:
-            progress(*unreported)
-            unreported[:] = [0, 0]
+    tally = _Tally(ctx, progress)
     try:
         _unlink_quietly(tmp)
         writer = fmt.open_writer(str(tmp), ctx.schema, ctx.writer_options, ctx.dataset_id)
@@ -186,40 +236,17 @@ def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[Progr
     try:
         for outcome in ctx.source.encode_items(planned_items(ctx.order, task)):
             if isinstance(outcome, Skipped):
-                skipped.append(outcome)
-                if ctx.on_error == "fail":
-                    raise outcome.failure("--on-error fail")
-                if ctx.max_errors is not None and len(skipped) > ctx.max_errors:
-                    raise ConversionError(f"more than {ctx.error_limit} inputs failed (--max-errors); "
-                                          f"last: {outcome.message()}", path=outcome.path)
-                report(1, 0)
-                continue
-            if isinstance(outcome, ConvertedRun):
-                try:
-                    writer.append_many(outcome.samples)
-                except Exception as exc:  # noqa: BLE001 - see the docstring
-                    raise write_failure(final, task, exc) from None
-                count += len(outcome.samples)
-                if isinstance(outcome.samples, EncodedRows):
-                    count_labels(labels, outcome.samples.labels)
-                else:
-                    labels.update([sample.label for sample in outcome.samples])
-                tags.update(tag for tag in outcome.tags if tag)
-                source_bytes += outcome.source_bytes
-                report(len(outcome.samples), outcome.source_bytes)
+                tally.skip(outcome)
                 continue
             try:
-                writer.append(outcome.sample)
+                if isinstance(outcome, ConvertedRun):
+                    writer.append_many(outcome.samples)
+                else:
+                    writer.append(outcome.sample)
             except Exception as exc:  # noqa: BLE001 - see the docstring
                 raise write_failure(final, task, exc) from None
-            count += 1
-            labels[outcome.sample.label] += 1
-            source_bytes += outcome.source_bytes
-            if outcome.tag:
-                tags[outcome.tag] += 1
-            report(1, outcome.source_bytes)
-        if progress and unreported[0]:
-            progress(*unreported)
+            tally.add(outcome)
+        tally.flush()
         try:
             writer.close()
         except Exception as exc:  # noqa: BLE001 - see the docstring
@@ -234,11 +261,7 @@ def write_shard_file(ctx: SinkContext, task: ShardTask, progress: Optional[Progr
         _unlink_quietly(tmp)
         raise write_failure(final, task, exc) from None
     kill_point("shard-written", str(final))      # tests only: a writer killed with its file not yet committed
-    result = ShardResult(shard=task.shard, path=rel, num_samples=count, size=size, sha256="",
-                         source_bytes=source_bytes, skipped=[item.to_dict() for item in skipped],
-                         tags=dict(sorted(tags.items())),
-                         labels={str(label): number for label, number in sorted(labels.items()) if label != NO_LABEL})
-    return WrittenShard(ctx.dst, task, tmp, final, result)
+    return WrittenShard(ctx.dst, task, tmp, final, tally.result(task, rel, size))
 
 
 #: errno values that say plainly the place cannot be written (never a full disk).
