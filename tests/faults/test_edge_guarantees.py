@@ -104,6 +104,25 @@ def test_resume_keeps_the_skipped_inputs_of_finished_shards(broken_tree: Path, t
     assert _skipped_paths(dst) == _skipped_paths(whole)
 
 
+def test_max_errors_on_resume_names_the_first_skipped_input(tmp_path: Path) -> None:
+    """Mutation: the message's "first:" names the last input skipped by the finished shards.
+    A run stopped by --max-errors 2 finished its first shard with two skipped inputs; resumed
+    with --max-errors 1 it stops before writing anything and names the first of the two, the
+    first line of skipped.jsonl."""
+    src = tmp_path / "src"
+    written = sorted(make_tiny_tree(src, 12, seed=5), key=lambda rel: tuple(rel.split("/")))
+    for rel in (written[0], written[2], written[-1]):
+        (src / rel).write_bytes(b"not an image at all")
+    dst = tmp_path / "dst"
+    with pytest.raises(ConversionError, match="more than 2 inputs failed"):
+        shardkit.convert(src, dst, order="source", samples_per_shard=4, max_errors=2)
+    assert shard_paths_done(dst)
+    with pytest.raises(ConversionError, match="more than 1 inputs failed") as stopped:
+        shardkit.convert(src, dst, order="source", samples_per_shard=4, max_errors=1, resume=True)
+    assert f"first: {written[0]}:" in str(stopped.value)
+    assert written[2] not in str(stopped.value)
+
+
 def test_resume_rewrites_a_finished_shard_whose_size_changed(broken_tree: Path, tmp_path: Path) -> None:
     """Mutation: resume trusts a done record without comparing the file's size."""
     dst = tmp_path / "dst"
