@@ -29,6 +29,7 @@ class Flag:
     default_text: Optional[str] = None
     short: Optional[str] = None         # "-q"
     path: bool = False                  # a file: str or os.PathLike, kept as str
+    cli: bool = True                    # False: a Python keyword only (no option of `shardkit convert`)
 
     def field(self, default: Any = None, **kwargs: Any) -> Any:
         """A dataclass field taking this flag."""

@@ -161,6 +161,12 @@ class RunOptions(OptionGroup):
     overwrite: bool = option("--overwrite", False, help="Replace the dataset already in DST.")
     #: the Python API is silent; the CLI passes --quiet or not
     quiet: bool = option("--quiet", True, help="No progress bars, and no banners from Ray.", short="-q")
+    in_flight: int = option("--in-flight", 16, help="SRC at a URL: objects or archive members fetched at once by "
+                                                    "each process.", metavar="N")
+    #: fsspec's options for a SRC (or labels CSV) at a URL: credentials, an endpoint. Python only (the
+    #: command line takes credentials from the store's usual places), never shown or written anywhere.
+    storage_options: Optional[Dict[str, Any]] = Flag(
+        "storage_options", "The store's fsspec options for a SRC at a URL.", cli=False).field(None, repr=False)
 
     def check(self) -> None:
         if self.workers < 1:
@@ -171,6 +177,8 @@ class RunOptions(OptionGroup):
             raise UsageError("--max-errors must be 0 or more")
         if self.resume and self.overwrite:
             raise UsageError("--resume and --overwrite contradict each other")
+        if self.in_flight < 1:
+            raise UsageError("--in-flight must be at least 1")
 
 
 @dataclass(frozen=True)

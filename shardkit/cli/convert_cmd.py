@@ -35,9 +35,10 @@ def click_option(spec: OptionSpec) -> Callable[[Any], Any]:
 
 
 def convert_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorate command with every convert option, in option_specs() order."""
+    """Decorate command with every convert option, in option_specs() order (but the Python-only ones)."""
     for spec in reversed(list(option_specs())):
-        command = click_option(spec)(command)
+        if spec.flag.cli:
+            command = click_option(spec)(command)
     return command
 
 

@@ -6,7 +6,7 @@ import hashlib
 import os
 import zlib
 from stat import S_ISLNK, S_ISREG
-from typing import Any, Dict, FrozenSet, Iterator, List, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Set, Tuple, Union
 
 import numpy as np
 
@@ -60,19 +60,9 @@ class ImageTreeSource(Source):
                                    "other_files_by_extension": extension_counts(
                                        rel for rel in all_files if not has_extension(rel, extensions)),
                                    "links_outside_src": len(links_out)}
-        bad_rows: List[Skipped] = []
-        if options.no_labels:
-            items = [(rel, -1) for rel in images]
-            classes: List[str] = []
-        elif options.labels:
-            items, classes, ignored, bad_rows = read_labels_csv(
-                root, options.labels, options.path_column, options.label_column, options.delimiter, set(images))
-            summary["unlisted_images_ignored"] = ignored
-            summary["label_rows_skipped"] = len(bad_rows)
-        else:
-            items, classes, outside, empty = _items_from_folders(root, images, {link.path for link in links_out})
-            summary["files_outside_class_folders"] = outside
-            summary["empty_classes"] = empty
+        outside = {link.path for link in links_out}
+        items, classes, bad_rows = labeled_items(root, options, images, lambda: [
+            entry.name for entry in os.scandir(root) if entry.is_dir() and entry.name not in outside], summary)
         listed = [] if options.labels else _listed_links(links_out, extensions)
         paths, labels, stats, failures = _stat_items(root, items, set(images), links_out)
         skipped = bad_rows + sorted(listed + failures, key=lambda item: item.path.split("/"))
@@ -99,43 +89,68 @@ class ImageTreeSource(Source):
         return list(self._skipped)
 
     def fingerprint(self) -> str:
-        digest = hashlib.sha256()
-        digest.update(repr((self.kind, self.schema.to_dict(), self.classes)).encode())
-        for rel, label, (size, mtime) in zip(self.paths, self.labels.tolist(), self._stats[:, :2].tolist()):
-            digest.update(f"{rel}\0{label}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
-        return digest.hexdigest()
+        return tree_fingerprint(self, self.paths, self.labels, self._stats[:, 0], self._stats[:, 1])
 
     def encode_range(self, start: int, stop: int) -> Iterator[Outcome]:
         return self.encode_items(np.arange(start, stop, dtype=np.int64))
 
     def encode_items(self, items: np.ndarray) -> Iterator[Outcome]:
-        """Each image file is read on its own, so any order costs the same. The samples go to the
-        sink in runs (ConvertedRun of EncodedRows) of at most RUN_IMAGES images and about RUN_BYTES
-        payload bytes: no Python object or sink step per image, and bounded memory for large ones."""
+        """Each image file is read on its own, so any order costs the same (see encode_images)."""
         items = np.asarray(items, dtype=np.int64)
         prefix = os.path.join(self.root, "")           # one join per call, not per image
-        encode = self.codec.encode
-        crc = payload_crc32 if self.codec.mode == "raw" else zlib.crc32
         paths, real_root = self.paths, self.real_root
-        run = _Run()
-        for index, label, (dev, ino, link) in zip(items.tolist(), self.labels[items].tolist(),
-                                                  self._stats[items, 2:].tolist()):
-            rel = paths[index]
-            try:
-                data = read_inside(real_root, prefix + rel, (dev, ino), bool(link))
-                payload, detected = encode(data)
-            except OSError as exc:
-                yield Skipped(rel, f"cannot read ({exc.strerror or exc})")
-                continue
-            except SampleError as exc:
-                yield Skipped(rel, str(exc))
-                continue
-            run.add(payload, label, crc(payload), rel, detected, len(data))
-            if len(run.keys) >= RUN_IMAGES or run.payload_bytes >= RUN_BYTES:
-                yield run.outcome()
-                run = _Run()
-        if run.keys:
+
+        def reads() -> Iterator[Tuple[str, int, Union[bytes, SampleError]]]:
+            for index, label, (dev, ino, link) in zip(items.tolist(), self.labels[items].tolist(),
+                                                      self._stats[items, 2:].tolist()):
+                rel = paths[index]
+                try:
+                    yield rel, label, read_inside(real_root, prefix + rel, (dev, ino), bool(link))
+                except OSError as exc:
+                    yield rel, label, SampleError(f"cannot read ({exc.strerror or exc})")
+                except SampleError as exc:
+                    yield rel, label, exc
+        return encode_images(self.codec, reads())
+
+
+def encode_images(codec: ImageCodec, reads: Iterable[Tuple[str, int, Union[bytes, SampleError]]]) -> Iterator[Outcome]:
+    """Outcomes of (key, label, the file's bytes or why it could not be read), in order. The samples
+    go to the sink in runs (ConvertedRun of EncodedRows) of at most RUN_IMAGES images and about
+    RUN_BYTES payload bytes: no Python object or sink step per image, and bounded memory for large ones."""
+    encode = codec.encode
+    crc = payload_crc32 if codec.mode == "raw" else zlib.crc32
+    run = _Run()
+    for rel, label, data in reads:
+        if isinstance(data, SampleError):
+            yield Skipped(rel, str(data))
+            continue
+        try:
+            payload, detected = encode(data)
+        except OSError as exc:
+            yield Skipped(rel, f"cannot read ({exc.strerror or exc})")
+            continue
+        except SampleError as exc:
+            yield Skipped(rel, str(exc))
+            continue
+        run.add(payload, label, crc(payload), rel, detected, len(data))
+        if len(run.keys) >= RUN_IMAGES or run.payload_bytes >= RUN_BYTES:
             yield run.outcome()
+            run = _Run()
+    if run.keys:
+        yield run.outcome()
+
+
+def tree_fingerprint(source: Source, rels: List[str], labels: np.ndarray, sizes: Iterable[int],
+                     mtimes: Iterable[int]) -> str:
+    """The fingerprint of an image tree: kind, schema, classes, and each item's path, label, size
+    and modification time (ns), wherever the tree lies, so that the same files with the same times
+    give the same dataset from a folder, an archive or a bucket."""
+    digest = hashlib.sha256()
+    digest.update(repr((source.kind, source.schema.to_dict(), source.classes)).encode())
+    for rel, label, size, mtime in zip(rels, np.asarray(labels).tolist(), np.asarray(sizes).tolist(),
+                                       np.asarray(mtimes).tolist()):
+        digest.update(f"{rel}\0{label}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
 
 
 #: Most images in one run handed to the sink, and the payload bytes after which a run ends early.
@@ -228,11 +243,29 @@ def _stat_failure(path: str, exc: OSError) -> str:
     return f"cannot stat ({exc.strerror or exc})"
 
 
-def _items_from_folders(root: str, images: List[str],
-                        links_out: Set[str]) -> Tuple[List[Tuple[str, int]], List[str], int, List[str]]:
-    """ImageFolder: classes are the sorted top-level folders (hidden ones and links out of SRC excluded)."""
-    classes = sorted(entry.name for entry in os.scandir(root)
-                     if entry.is_dir() and not entry.name.startswith(".") and entry.name not in links_out)
+def labeled_items(root: str, options: ImageOptions, images: List[str], folders: Callable[[], Iterable[str]],
+                  summary: Dict[str, Any]) -> Tuple[List[Tuple[str, int]], List[str], List[Skipped]]:
+    """(items (path, label), classes, skipped rows of a labels CSV) by the label options: none,
+    a labels CSV, or the top-level folders (folders() lists their names); summary gains the counts."""
+    if options.no_labels:
+        return [(rel, -1) for rel in images], [], []
+    if options.labels:
+        items, classes, ignored, bad_rows = read_labels_csv(
+            root, options.labels, options.path_column, options.label_column, options.delimiter, set(images))
+        summary["unlisted_images_ignored"] = ignored
+        summary["label_rows_skipped"] = len(bad_rows)
+        return items, classes, bad_rows
+    items, classes, outside, empty = items_by_folder(root, folders(), images)
+    summary["files_outside_class_folders"] = outside
+    summary["empty_classes"] = empty
+    return items, classes, []
+
+
+def items_by_folder(root: str, folders: Iterable[str],
+                    images: List[str]) -> Tuple[List[Tuple[str, int]], List[str], int, List[str]]:
+    """(items (path, label), classes, images outside any class folder, classes without an image):
+    classes are the sorted names of the top-level folders given, hidden ones left out."""
+    classes = sorted(name for name in folders if not name.startswith("."))
     for name in classes:
         try:
             name.encode("utf-8")

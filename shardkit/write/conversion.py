@@ -11,6 +11,7 @@ from ..errors import ConversionError, EmptySourceError, UsageError
 from ..manifest import Manifest, ShardEntry, ShardTable
 from ..options import DEFAULT_FORMAT, RunOptions, refuse_unknown_keywords, split_convert_options
 from ..runtime.workers import exit_if_importing_main
+from ..remote.location import is_url, redact_url
 from ..sources import Skipped, Source, open_source
 from .conversion_plan import ConversionPlan, plan_conversion
 from .journal import Journal
@@ -88,7 +89,9 @@ def convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", *,
             max_errors: Optional[int] = None,
             resume: bool = False,
             overwrite: bool = False,
-            quiet: bool = True) -> ConvertReport:
+            quiet: bool = True,
+            in_flight: Optional[int] = None,
+            storage_options: Optional[Dict[str, Any]] = None) -> ConvertReport:
     """Convert SRC (an image tree, a table file or folder, or a shardkit dataset) into a dataset of
     shards at DST.
 
@@ -97,7 +100,9 @@ def convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", *,
     way: None (the default here) means the option's default, and an option that does not apply to
     SRC's kind is a UsageError, and a misspelt keyword an UnknownOptionError naming the closest one.
     `size` is a pair `(H, W)`; `columns` and `text_columns` take a list of names or the CLI's
-    comma-separated text. The Python API is quiet unless `quiet=False`.
+    comma-separated text. The Python API is quiet unless `quiet=False`. A SRC (or `labels`) at a
+    URL reaches its store with `storage_options` (fsspec's options: credentials, an endpoint), which
+    are never written anywhere; without them the store's usual configuration applies.
     """
     return _convert(src, dst, {name: value for name, value in locals().items() if name not in ("src", "dst")})
 
@@ -154,13 +159,18 @@ def _convert_source(source: Source, src: str, dst: str, plan: ConversionPlan, ru
     return report
 
 
+def shown_source(src: str) -> str:
+    """SRC as the manifest records it: an absolute path, or a URL without credentials."""
+    return redact_url(src) if is_url(src) else os.path.abspath(src)
+
+
 def refuse_nested(src: str, dst: str, labels: Optional[str] = None) -> None:
     """UsageError when DST is SRC, lies inside SRC, or holds SRC (or the labels CSV), links resolved:
     a DST inside SRC would become one more class on the next run, and --overwrite of a DST holding
     SRC would delete the input."""
     real_dst = os.path.realpath(dst)
     for role, path in (("SRC", src), ("the labels CSV", labels)):
-        if path is None:
+        if path is None or is_url(path):
             continue
         real = os.path.realpath(path)
         if real == real_dst:
@@ -205,7 +215,7 @@ def _assemble(results: List[ShardResult], source: Source, plan: ConversionPlan, 
     return Manifest(format_name=plan.fmt.name, format_version=plan.fmt.version, schema=plan.schema,
                     shards=ShardTable.from_entries(entries),
                     classes=list(source.classes),
-                    source={"kind": source.kind, "path": os.path.abspath(src), "summary": summary,
+                    source={"kind": source.kind, "path": shown_source(src), "summary": summary,
                             "fingerprint": plan.fingerprint},
                     format_options=format_options, created=created, shardkit_version=__version__,
                     part=part, order=plan.order, dataset_id=plan.dataset_id)
