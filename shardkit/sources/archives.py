@@ -23,14 +23,15 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 from ..errors import SampleError, SourceError
 from .archive_safety import CountedStream, inflation_limit, safe_name, too_large
 from .base import Skipped
-from .blobs import Blob, BlobStream
+from .blobs import STREAM_BLOCK, Blob, BlobStream
 from ..remote.retry import Mismatch
 
 #: Names SRC may have to be read as an archive (any case).
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz", ".zip")
 #: How a member's bytes are found: a range of the blob, a zip entry, or a place in a compressed stream.
 TAR_RANGE, ZIP_STORED, ZIP_DEFLATED, STREAMED = -1, zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, -2
-_OPENERS = {"gzip": gzip.GzipFile, "bz2": bz2.BZ2File, "xz": lzma.LZMAFile}
+_OPENERS: Dict[str, Any] = {"gzip": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"), "bz2": bz2.BZ2File,
+                             "xz": lzma.LZMAFile}
 _ZIP_HEADER = struct.Struct("<4sHHHHHIIIHH")
 
 
@@ -68,7 +69,6 @@ class Listing:
         self.places.append(place)
         self.originals.append(original)
 
-
     def sort(self) -> None:
         """Members sorted by path, component by component (as a local tree is walked)."""
         order = sorted(range(len(self.rels)), key=lambda position: self.rels[position].split("/"))
@@ -90,9 +90,12 @@ def list_archive(blob: Blob) -> Listing:
         elif kind == "tar":
             _list_tar(blob, BlobStream(blob), 0, "", listing, nested=True)
         else:
-            tar = tarfile.open(fileobj=inflated(blob, kind), mode="r|")
+            stream = inflated(blob, kind)
+            tar = tarfile.open(fileobj=stream, mode="r|")
             for ordinal, info in enumerate(_members(tar)):
                 _take(listing, info, (STREAMED, ordinal, info.size, -1), "")
+            while stream.read(STREAM_BLOCK):     # to the end, where gzip, bz2 and xz check their CRC
+                pass
     except (tarfile.TarError, zipfile.BadZipFile, zlib.error, EOFError, OSError, lzma.LZMAError, SampleError) as exc:
         if isinstance(exc, SourceError) and not isinstance(exc, SampleError):
             raise
@@ -115,7 +118,7 @@ def _kind(head: bytes) -> str:
 
 def inflated(blob: Blob, kind: str) -> CountedStream:
     """The decompressed stream of a compressed archive, bounded by inflation_limit."""
-    return CountedStream(_OPENERS[kind](fileobj=BlobStream(blob), mode="rb"), inflation_limit(blob.size), blob.shown)
+    return CountedStream(_OPENERS[kind](BlobStream(blob)), inflation_limit(blob.size), blob.shown)
 
 
 def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
@@ -141,6 +144,18 @@ def _list_tar(blob: Blob, stream: BlobStream, base: int, prefix: str, listing: L
                 _list_tar(blob, BlobStream(blob, start, info.size), start, prefix + rel + "/", listing, False)
                 continue
         _take(listing, info, (TAR_RANGE, start, info.size, -1), prefix)
+    _check_end(tar, stream, prefix)
+
+
+def _check_end(tar: tarfile.TarFile, stream: BlobStream, prefix: str) -> None:
+    """tarfile ends its listing quietly at a header whose checksum fails: unless the listing
+    stopped at the archive's end (zero blocks, or no bytes left), the archive is damaged."""
+    stream.seek(tar.offset)
+    block = stream.read(tarfile.BLOCKSIZE)
+    if block.strip(b"\0"):
+        where = f" (in {prefix.rstrip('/')}.tar)" if prefix else ""
+        raise SourceError(f"damaged tar header at byte {tar.offset}{where}: its checksum does not match; "
+                          "the archive was altered or truncated", path=stream.blob.shown)
 
 
 def _take(listing: Listing, info: tarfile.TarInfo, place: Tuple[int, int, int, int], prefix: str) -> None:

@@ -177,11 +177,13 @@ class BlobStream(io.RawIOBase):
         return b"".join(parts)
 
     def _fill(self) -> None:
-        length = min(max(STREAM_BLOCK, 0), self.size - self.position)
-        start = self.start + self.position
-        fetch: Callable[[], bytes] = lambda: self.blob.read(start, length)   # noqa: E731
+        """Fetch the block holding position; near the end, the whole last block (a zip's end
+        record and central directory come in one request)."""
+        first = max(0, min(self.position, self.size - STREAM_BLOCK))
+        length = min(STREAM_BLOCK, self.size - first)
+        fetch: Callable[[], bytes] = lambda: self.blob.read(self.start + first, length)   # noqa: E731
         self._block = self.blob.checked("", fetch)
-        self._block_start = self.position
+        self._block_start = first
 
 
 __all__ = ["Blob", "BlobStream", "LocalBlob", "MAX_READ_BYTES", "RemoteBlob", "open_blob", "single_object"]

@@ -11,7 +11,7 @@ import threading
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any, Deque, Dict, Optional
+from typing import Any, Deque, Dict, Optional, Tuple
 
 #: What a fault does to one GET of an object.
 FAULTS = ("drop", "500", "503", "slow", "stall", "truncate", "alter", "extend", "404")
@@ -20,7 +20,8 @@ STALL_SECONDS = 20.0
 
 
 class FaultyFolderServer:
-    """Serves the files under root at http://127.0.0.1:PORT/<relative path> (GET and HEAD).
+    """Serves the files under root at http://127.0.0.1:PORT/<relative path> (GET and HEAD, and
+    GETs of one byte range, answered 206).
     fail(rel, fault, times) makes the next `times` GETs of rel misbehave (times=None: every GET);
     gets[rel] counts the GETs of each path; delay adds seconds to every GET."""
 
@@ -30,6 +31,7 @@ class FaultyFolderServer:
         self.faults: Dict[str, Deque[str]] = collections.defaultdict(collections.deque)
         self.always: Dict[str, str] = {}
         self.gets: Dict[str, int] = collections.Counter()
+        self.ranges = 0         # GETs of a byte range (answered 206)
         self.authorizations: set = set()
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -72,6 +74,16 @@ class FaultyFolderServer:
         self.stop()
 
 
+def _byte_range(header: Optional[str], size: int) -> Optional[Tuple[int, int, int]]:
+    """(first, last, size) of a "bytes=first-last" Range header within size bytes, or None."""
+    if not header or not header.startswith("bytes=") or "," in header:
+        return None
+    first, _, last = header[len("bytes="):].partition("-")
+    if not first:
+        return None
+    return int(first), min(size - 1, int(last)) if last else size - 1, size
+
+
 def _handler(server: FaultyFolderServer) -> type:
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args: Any) -> None:
@@ -99,6 +111,10 @@ def _handler(server: FaultyFolderServer) -> type:
             fault = server.next_fault(rel)
             time.sleep(server.delay)
             data = path.read_bytes()
+            self.part = _byte_range(self.headers.get("Range"), len(data))
+            if self.part is not None:       # a range request: the faults apply to the part sent
+                server.ranges += 1
+                data = data[self.part[0]:self.part[1] + 1]
             if fault in ("500", "503", "404"):
                 self.send_error(int(fault))
             elif fault == "truncate":
@@ -128,8 +144,12 @@ def _handler(server: FaultyFolderServer) -> type:
                 self._headers(len(data))
                 self.wfile.write(data)
 
+        part: Optional[Tuple[int, int, int]] = None
+
         def _headers(self, length: int) -> None:
-            self.send_response(200)
+            self.send_response(200 if self.part is None else 206)
+            if self.part is not None:
+                self.send_header("Content-Range", "bytes %d-%d/%d" % self.part)
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(length))
             self.end_headers()
