@@ -30,8 +30,8 @@ from ..remote.retry import Mismatch
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tbz", ".tar.xz", ".txz", ".zip")
 #: How a member's bytes are found: a range of the blob, a zip entry, or a place in a compressed stream.
 TAR_RANGE, ZIP_STORED, ZIP_DEFLATED, STREAMED = -1, zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, -2
-_OPENERS: Dict[str, Any] = {"gzip": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"), "bz2": bz2.BZ2File,
-                             "xz": lzma.LZMAFile}
+_OPENERS: Dict[str, Any] = {
+    "gzip": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"), "bz2": bz2.BZ2File, "xz": lzma.LZMAFile}
 _ZIP_HEADER = struct.Struct("<4sHHHHHIIIHH")
 
 
@@ -127,7 +127,7 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
         info = tar.next()
         if info is None:
             return
-        tar.members = []
+        setattr(tar, "members", [])     # tarfile keeps every header it read; a listing needs none of them
         yield info
 
 

@@ -80,10 +80,7 @@ class ImageTreeSource(Source):
         return dict(self._summary)
 
     def empty_hint(self) -> str:
-        if self._summary.get("files_outside_class_folders"):
-            return ("; the images are not in class folders (SRC/<class>/...): pass --no-labels for unlabeled "
-                    "samples, or --labels FILE to take labels from a CSV")
-        return ""
+        return folder_hint(self._summary)
 
     def plan_skipped(self) -> List[Skipped]:
         return list(self._skipped)
@@ -111,6 +108,14 @@ class ImageTreeSource(Source):
                 except SampleError as exc:
                     yield rel, label, exc
         return encode_images(self.codec, reads())
+
+
+def folder_hint(summary: Dict[str, Any]) -> str:
+    """What to do when an image tree gave no item because its images lie outside class folders."""
+    if summary.get("files_outside_class_folders"):
+        return ("; the images are not in class folders (SRC/<class>/...): pass --no-labels for unlabeled "
+                "samples, or --labels FILE to take labels from a CSV")
+    return ""
 
 
 def encode_images(codec: ImageCodec, reads: Iterable[Tuple[str, int, Union[bytes, SampleError]]]) -> Iterator[Outcome]:

@@ -14,7 +14,7 @@ from ..codecs.pillow import image_extensions
 from ..options import ImageOptions, RunOptions
 from .archives import STREAMED
 from .base import Outcome, Skipped, Source
-from .image_tree import RUN_IMAGES, encode_images, labeled_items, tree_fingerprint
+from .image_tree import RUN_IMAGES, encode_images, folder_hint, labeled_items, tree_fingerprint
 from .member_trees import MemberTree, Read, open_tree
 from .tree import extension_counts, has_extension
 
@@ -86,10 +86,7 @@ class MemberTreeSource(Source):
         return list(self._skipped)
 
     def empty_hint(self) -> str:
-        if self._summary.get("files_outside_class_folders"):
-            return ("; the images are not in class folders (SRC/<class>/...): pass --no-labels for unlabeled "
-                    "samples, or --labels FILE to take labels from a CSV")
-        return ""
+        return folder_hint(self._summary)
 
     def fingerprint(self) -> str:
         return tree_fingerprint(self, self.paths, self.labels, self.sizes, self.mtimes)

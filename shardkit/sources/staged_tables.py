@@ -115,36 +115,43 @@ def shown_folder(url: str) -> str:
     return shown.rsplit("/", 1)[0] if is_table_path(url) else shown.rstrip("/")
 
 
+def _url_of(path: str, folder: str, shown: str) -> str:
+    """A path inside the temporary folder (or relative to it) as the URL it stands for."""
+    if path.startswith(folder):
+        return shown + path[len(folder):]
+    if os.path.exists(os.path.join(folder, path)):
+        return f"{shown}/{path}"
+    return path
+
+
 def renamed(exc: ShardkitError, folder: str, shown: str) -> ShardkitError:
     """exc with a path inside the temporary folder replaced by the URL it stands for."""
-    path = getattr(exc, "path", None)
-    if isinstance(path, str) and path.startswith(folder):
-        exc.path = shown + path[len(folder):]
+    if isinstance(exc.path, str):
+        exc.path = _url_of(exc.path, folder, shown)
     return exc
 
 
 def renamed_skip(outcome: Any, folder: str, shown: str) -> Any:
     """A Skipped input inside the temporary folder named by the URL it stands for (others as they are)."""
-    if isinstance(outcome, Skipped) and outcome.path.startswith(folder):
-        return Skipped(shown + outcome.path[len(folder):], outcome.reason, outcome.line)
+    if isinstance(outcome, Skipped):
+        return Skipped(_url_of(outcome.path, folder, shown), outcome.reason, outcome.line)
     return outcome
 
 
 def stage(src: str, storage_options: Optional[Mapping[str, Any]], folder: str, in_flight: int) -> Tuple[str, str]:
     """(the local copy of the table file or folder at src, inside folder; src as it may be shown)."""
-    if is_table_path(src):
+    if is_table_path(src):          # a folder of one file: names and the fingerprint never hold the folder's
         location, rel = single_object(src, storage_options)
         info = retried(location, rel, "look up", lambda: location.fs.info(location.path(rel)))
-        target = os.path.join(folder, os.path.basename(rel) or "table" + os.path.splitext(src)[1])
-        fetch_copy(location, rel, info, target)
-        return target, location.name(rel)
+        fetch_copy(location, rel, info, os.path.join(folder, rel or "table" + os.path.splitext(src)[1]))
+        return folder, location.name(rel)
     location = RemoteLocation(src, storage_options)
     root = location.root.rstrip("/") + "/"
     wanted = []
     for path, info in list_objects(location).items():
-        rel, _ = safe_name(path[len(root):]) if path.startswith(root) else (None, "")
-        if rel is not None and is_table_path(rel) and info.get("type") != "directory":
-            wanted.append((rel, info))
+        name = safe_name(path[len(root):])[0] if path.startswith(root) else None
+        if name is not None and is_table_path(name) and info.get("type") != "directory":
+            wanted.append((name, info))
     if not wanted:
         raise UsageError("holds no table file (.csv, .tsv, .jsonl, .parquet, .arrow, ...)", path=location.shown)
     run_bounded(lambda pair: fetch_copy(location, pair[0], pair[1], os.path.join(folder, *pair[0].split("/"))),
@@ -174,9 +181,8 @@ def fetch_copy(location: RemoteLocation, rel: str, info: Mapping[str, Any], targ
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    mtime = modified_ns(info)
-    if mtime:
-        os.utime(target, ns=(mtime, mtime))
+    mtime = modified_ns(info)           # 0 when the store gives none: then the size alone tells a change
+    os.utime(target, ns=(mtime, mtime))
 
 
 def _md5_file(path: str) -> str:

@@ -4,6 +4,7 @@ answer slowly, stall, send a truncated or an altered object). Both stop by thems
 from __future__ import annotations
 
 import collections
+import email.utils
 import http.server
 import logging
 import os
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any, Deque, Dict, Optional, Tuple
 
 #: What a fault does to one GET of an object.
-FAULTS = ("drop", "500", "503", "slow", "stall", "truncate", "alter", "extend", "404")
+FAULTS = ("drop", "500", "503", "slow", "stall", "truncate", "alter", "extend", "404", "none")
 #: Longest a stalled answer holds its connection (the server's threads end by themselves).
 STALL_SECONDS = 20.0
 
@@ -22,7 +23,8 @@ STALL_SECONDS = 20.0
 class FaultyFolderServer:
     """Serves the files under root at http://127.0.0.1:PORT/<relative path> (GET and HEAD, and
     GETs of one byte range, answered 206).
-    fail(rel, fault, times) makes the next `times` GETs of rel misbehave (times=None: every GET);
+    fail(rel, fault, times) makes the next `times` GETs of rel misbehave (times=None: every GET;
+    fault "none": answer those well, to aim the faults queued after it at later GETs);
     gets[rel] counts the GETs of each path; delay adds seconds to every GET."""
 
     def __init__(self, root: Path, delay: float = 0.0) -> None:
@@ -95,6 +97,7 @@ def _handler(server: FaultyFolderServer) -> type:
             if server.root not in path.parents or not path.is_file():
                 self.send_error(404)
                 return None
+            self.modified = email.utils.formatdate(path.stat().st_mtime, usegmt=True)
             return path
 
         def do_HEAD(self) -> None:
@@ -145,12 +148,14 @@ def _handler(server: FaultyFolderServer) -> type:
                 self.wfile.write(data)
 
         part: Optional[Tuple[int, int, int]] = None
+        modified = ""
 
         def _headers(self, length: int) -> None:
             self.send_response(200 if self.part is None else 206)
             if self.part is not None:
                 self.send_header("Content-Range", "bytes %d-%d/%d" % self.part)
             self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Last-Modified", self.modified)
             self.send_header("Content-Length", str(length))
             self.end_headers()
 
