@@ -48,7 +48,11 @@ def convert_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @convert_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def command(src: str, dst: str, as_json: bool, **options: Any) -> None:
-    """Convert SRC (image tree, CSV file or folder, or a shardkit dataset) into shards at DST."""
+    """Convert SRC (image tree, CSV file or folder, or a shardkit dataset) into shards at DST.
+
+    SRC may also be a tar or zip archive (read in place, never unpacked) or an s3://, gs:// or
+    http(s):// URL of any of these (pip install 'shardkit[remote]').
+    """
     options["quiet"] = options["quiet"] or as_json
     report = convert(src, dst, **options)
     if as_json:

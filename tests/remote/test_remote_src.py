@@ -204,3 +204,33 @@ def test_a_table_at_a_url_converts_as_the_same_file_on_disk(tmp_path: Path, s3: 
     assert _shards(tmp_path / "http") == _shards(tmp_path / "local")
     assert not {name for name in set(os.listdir(os.environ.get("TMPDIR", "/tmp"))) - before
                 if name.startswith("shardkit-src-")}
+
+
+def test_credentials_in_the_url_reach_no_file_of_the_dataset(
+        tmp_path: Path, s3: S3Server, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """s3://KEY:SECRET@bucket/... works, and neither part is written anywhere in DST. Mutation:
+    recording SRC as given in conversion.shown_source puts them in the manifest."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
+    _s3fs(s3).put(str(_tree(tmp_path / "tree")), f"{bucket}/train", recursive=True)
+    shardkit.convert(f"s3://{s3.KEY}:{s3.SECRET}@{bucket}/train", str(tmp_path / "dst"), **CONVERT)
+    assert json.loads((tmp_path / "dst" / "manifest.json").read_text())["source"]["path"] == f"s3://{bucket}/train"
+    for path in (tmp_path / "dst").rglob("*"):
+        if path.is_file():
+            assert s3.SECRET.encode() not in path.read_bytes() and s3.KEY.encode() not in path.read_bytes(), path
+
+
+def test_an_object_replaced_after_the_listing_is_refused(tmp_path: Path, s3: S3Server, bucket: str) -> None:
+    """The listing's ETag is the object's MD5: an object replaced between the scan and its read
+    (same size) is fetched again, then refused with one error naming it. Mutation: dropping the
+    MD5 check in member_trees.FolderTree._fetch returns the new bytes as if nothing happened."""
+    from shardkit.options import RunOptions
+    from shardkit.sources import open_source
+    fs = _s3fs(s3)
+    fs.put(str(_tree(tmp_path / "tree")), f"{bucket}/train", recursive=True)
+    source = open_source(f"s3://{bucket}/train", {}, RunOptions(workers=1, storage_options=s3.options()))
+    victim = f"{bucket}/train/{source.paths[0]}"          # type: ignore[attr-defined]
+    data = fs.cat_file(victim)
+    fs.pipe_file(victim, data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(shardkit.RemoteError) as raised:
+        list(source.encode_range(0, 3))
+    assert str(raised.value).startswith(f"s3://{victim}: cannot fetch: its MD5 differs from the ETag")
