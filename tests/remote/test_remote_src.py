@@ -136,10 +136,14 @@ def site(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("name", ["train.tar", "train.zip"])
 @pytest.mark.parametrize("fault", ["500", "503", "drop", "truncate", "extend", "slow"])
-def test_transient_faults_are_retried_and_change_nothing(tmp_path: Path, site: Path, name: str, fault: str) -> None:
-    """Two failed GETs in a row, wherever they fall (listing or members), are tried again.
-    Mutation: checking only len(data) > length in blobs.RemoteBlob.read keeps truncated reads."""
+@pytest.mark.parametrize("after", [0, 2], ids=["listing", "members"])
+def test_transient_faults_are_retried_and_change_nothing(
+        tmp_path: Path, site: Path, name: str, fault: str, after: int) -> None:
+    """Two failed GETs in a row, on the listing's reads or (after its two GETs) on members', are
+    tried again. Mutation: checking only len(data) > length in blobs.RemoteBlob.read keeps
+    truncated member reads."""
     with FaultyFolderServer(site) as server:
+        server.fail(name, "none", after)
         server.fail(name, fault, 2)
         shardkit.convert(f"{server.url}/{name}", str(tmp_path / "dst"), **CONVERT)
         assert server.ranges > 0 and server.gets[name] > 2
