@@ -33,6 +33,8 @@ TAR_RANGE, ZIP_STORED, ZIP_DEFLATED, STREAMED = -1, zipfile.ZIP_STORED, zipfile.
 _OPENERS: Dict[str, Any] = {
     "gzip": lambda raw: gzip.GzipFile(fileobj=raw, mode="rb"), "bz2": bz2.BZ2File, "xz": lzma.LZMAFile}
 _ZIP_HEADER = struct.Struct("<4sHHHHHIIIHH")
+#: A zip member is read with its 30-byte local header, its name and up to 256 bytes of extra field.
+ZIP_SLACK = 30 + 256
 
 
 def is_archive_path(path: str) -> bool:
@@ -242,7 +244,7 @@ def read_zip_member(blob: Blob, name: str, size: int, place: Tuple[int, int, int
     """A zip member's bytes: its local header checked against the central directory (same name),
     inflated to at most size bytes, its CRC-32 checked; Mismatch when anything differs."""
     method, offset, stored, crc = place
-    guess = 30 + len(name.encode("utf-8")) + 256
+    guess = ZIP_SLACK + len(name.encode("utf-8"))
     data = blob.read(offset, min(guess + stored, blob.size - offset))
     fields = _ZIP_HEADER.unpack_from(data)
     if fields[0] != b"PK\x03\x04":
@@ -284,11 +286,12 @@ class MemberReader:
     def __getstate__(self) -> Dict[str, Any]:
         return {"blob": self.blob, "kind": self.kind, "_cursor": None}
 
-    def read(self, original: str, size: int, place: Tuple[int, int, int, int]) -> bytes:
-        """One member's bytes (not a streamed one); Mismatch when they are not what the archive says."""
+    def read(self, original: str, size: int, place: Tuple[int, int, int, int], blob: Optional[Blob] = None) -> bytes:
+        """One member's bytes (not a streamed one), from blob (a Window of the archive) or the
+        archive; Mismatch when they are not what the archive says."""
         if place[0] == TAR_RANGE:
-            return self.blob.read(place[1], size)
-        return read_zip_member(self.blob, original, size, place)
+            return (blob or self.blob).read(place[1], size)
+        return read_zip_member(blob or self.blob, original, size, place)
 
     def streamed(self, wanted: List[Tuple[int, int]]) -> Iterator[Tuple[int, bytes]]:
         """(key, bytes) for each (ordinal, key) of wanted, in ordinal order, from one pass of the stream."""
@@ -318,4 +321,12 @@ class MemberReader:
         self._cursor = (tar, _members(tar), 0)
 
 
-__all__ = ["ARCHIVE_SUFFIXES", "Listing", "MemberReader", "STREAMED", "is_archive_path", "list_archive"]
+def extent(original: str, size: int, place: Tuple[int, int, int, int], archive_size: int) -> Tuple[int, int]:
+    """The bytes [first, last) of the archive that reading a (not streamed) member touches."""
+    how, offset, stored, _ = place
+    if how == TAR_RANGE:
+        return offset, offset + size
+    return offset, min(archive_size, offset + ZIP_SLACK + len(original.encode("utf-8")) + stored)
+
+
+__all__ = ["ARCHIVE_SUFFIXES", "Listing", "MemberReader", "STREAMED", "extent", "is_archive_path", "list_archive"]

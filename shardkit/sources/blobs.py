@@ -103,6 +103,21 @@ class RemoteBlob(Blob):
         return retried(self.location, self.rel, f"read {rel}" if rel else "read", call)
 
 
+class Window(Blob):
+    """Bytes [start, start + len(data)) of a blob, fetched already: reads inside come from memory,
+    others go to the blob (so one ranged GET can serve several archive members)."""
+
+    def __init__(self, blob: Blob, start: int, data: bytes) -> None:
+        self.blob, self.start, self.data = blob, start, data
+        self.size, self.shown = blob.size, blob.shown
+
+    def read(self, start: int, length: int) -> bytes:
+        offset = start - self.start
+        if 0 <= offset and offset + length <= len(self.data):
+            return self.data[offset:offset + length]
+        return self.blob.read(start, length)
+
+
 def _check_length(length: int) -> None:
     if length > MAX_READ_BYTES:
         raise SampleError(f"would read {length} bytes at once, more than the {MAX_READ_BYTES} accepted")
@@ -186,4 +201,4 @@ class BlobStream(io.RawIOBase):
         self._block_start = first
 
 
-__all__ = ["Blob", "BlobStream", "LocalBlob", "MAX_READ_BYTES", "RemoteBlob", "open_blob", "single_object"]
+__all__ = ["Blob", "BlobStream", "LocalBlob", "MAX_READ_BYTES", "RemoteBlob", "Window", "open_blob", "single_object"]

@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Callable, List, Mapping, Optional, Union
+from typing import Any, Callable, List, Mapping, Optional, Tuple, Union
 
 from ..errors import SampleError, UsageError
 from ..remote.location import RemoteLocation
 from ..remote.retry import Mismatch, retried
 from ..remote.transfer import run_bounded
 from .archive_safety import safe_name, too_large
-from .archives import STREAMED, Listing, MemberReader, list_archive
+from .archives import STREAMED, Listing, MemberReader, extent, list_archive
 from .base import Skipped
-from .blobs import Blob, open_blob
+from .blobs import Blob, Window, open_blob
 
 #: An ETag that is the object's MD5 (S3 and compatible stores, for objects not uploaded in parts).
 MD5_ETAG = re.compile(r'"?([0-9a-f]{32})"?\Z')
+#: Archive members closer than this are read with one request (the gap is read and dropped) ...
+SPAN_GAP = 1 << 20
+#: ... up to this many bytes per request.
+SPAN_BYTES = 16 << 20
 #: What reading one item gives: its bytes, or why it cannot become a sample.
 Read = Union[bytes, SampleError]
 
@@ -71,7 +75,44 @@ class ArchiveTree(MemberTree):
                     listing.originals[item], listing.sizes[item], listing.places[item]))
             except SampleError as exc:
                 return exc
-        return run_bounded(one, items, in_flight) if self.blob.remote else [one(item) for item in items]
+        if not self.blob.remote:
+            return [one(item) for item in items]
+        out = [b""] * len(items)
+
+        def span(group: List[int]) -> None:
+            """One ranged GET for members lying close together; a member whose bytes from it
+            are wrong is fetched again on its own (retried)."""
+            bounds = [self._extent(items[position]) for position in group]
+            first, last = min(bound[0] for bound in bounds), max(bound[1] for bound in bounds)
+            window = Window(self.blob, first, self.blob.checked("", lambda: self.blob.read(first, last - first)))
+            for position in group:
+                item = items[position]
+                try:
+                    out[position] = self.reader.read(listing.originals[item], listing.sizes[item],
+                                                     listing.places[item], window)
+                except (Mismatch, SampleError):
+                    out[position] = one(item)
+        run_bounded(span, self._spans(items), in_flight)
+        return out
+
+    def _extent(self, item: int) -> Tuple[int, int]:
+        listing = self.listing
+        return extent(listing.originals[item], listing.sizes[item], listing.places[item], self.blob.size)
+
+    def _spans(self, items: List[int]) -> List[List[int]]:
+        """Positions of items grouped into runs of the archive read by one request each: members
+        less than SPAN_GAP apart, at most SPAN_BYTES in all (a single larger member alone)."""
+        groups: List[List[int]] = []
+        start = end = -1
+        for position in sorted(range(len(items)), key=lambda position: self._extent(items[position])):
+            first, last = self._extent(items[position])
+            if groups and first - end <= SPAN_GAP and last - start <= SPAN_BYTES:
+                groups[-1].append(position)
+                end = max(end, last)
+            else:
+                groups.append([position])
+                start, end = first, last
+        return groups
 
 
 class FolderTree(MemberTree):
@@ -111,7 +152,8 @@ class FolderTree(MemberTree):
         for item, path in zip(items, paths):
             data = got.get(path)
             try:
-                out.append(self._checked(item, data) if isinstance(data, (bytes, bytearray)) else self._fetch(item))
+                out.append(self._checked(item, bytes(data)) if isinstance(data, (bytes, bytearray))
+                           else self._fetch(item))
             except Mismatch:
                 out.append(self._fetch(item))
         return out
