@@ -66,6 +66,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--in-flight", type=int, default=16)
     parser.add_argument("--validate", default="full", choices=["full", "fast", "none"])
+    parser.add_argument("--order", default="shuffled", choices=["shuffled", "source"])
     parser.add_argument("--s3-tar", action="store_true", help="also convert the .tar from the bucket")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "shardkit-bench-remote-convert"))
     args = parser.parse_args()
@@ -78,7 +79,7 @@ def main() -> None:
             tar.add(tree, arcname=".")
         os.rename(str(archive) + ".tmp", archive)
     options: Dict[str, Any] = dict(samples_per_shard=500, workers=args.workers, validate=args.validate,
-                                   quiet=True, seed=1, overwrite=True)
+                                   quiet=True, order=args.order, overwrite=True)
     s3 = S3Server()
     try:
         import s3fs
@@ -99,7 +100,7 @@ def main() -> None:
             contenders["S3 .tar (moto)"] = lambda dst: shardkit.convert(f"s3://{bucket}/tree.tar", dst, **remote)
         paths = fs.find(f"{bucket}/tree")
         compare(contenders, tree, object_times, work, args,
-                ceiling=lambda dst: s3fs.S3FileSystem(**store, skip_instance_cache=True).cat(paths))
+                ceiling=lambda dst: s3fs.S3FileSystem(**store).cat(paths))
     finally:
         s3.stop()
 
@@ -127,7 +128,7 @@ def compare(contenders: Dict[str, Callable[[str], Any]], tree: Path, object_time
     rates = {label: args.images / statistics.median(times) for label, times in seconds.items()}
     base = rates["local tree (baseline)"]
     print(f"\n{args.images} images ({total / 1e6:.0f} MB), --workers {args.workers}, --validate {args.validate}, "
-          f"--in-flight {args.in_flight}; median of {args.repeat}")
+          f"--order {args.order}, --in-flight {args.in_flight}; median of {args.repeat}")
     print("| SRC | images/s | vs local tree |\n|---|---:|---:|")
     for label, rate in rates.items():
         print(f"| {label} | {rate:.0f} | {rate / base:.2f}x |")

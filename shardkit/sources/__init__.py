@@ -60,6 +60,9 @@ def _open_elsewhere(src: str, source_options: Dict[str, Any], run: RunOptions) -
     if not is_url(src) and not os.path.isfile(src):
         raise UsageError("no such file", path=src)
     tree = open_tree(src, run.storage_options)
+    if "manifest.json" in tree.listing.seen:
+        raise UsageError("holds a shardkit dataset; to re-shard it, `shardkit pull` it to a folder and convert "
+                         "that folder", path=tree.shown)
     if not is_archive_path(src) and not source_options.get("labels") and holds_only_tables(tree.listing.rels):
         return StagedTableSource.open(src, TabularOptions.for_source(source_options, src), run)
     options = ImageOptions.for_source(source_options, src)

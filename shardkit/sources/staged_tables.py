@@ -99,7 +99,8 @@ def with_labels_at(tree: MemberTree, options: ImageOptions, run: RunOptions) -> 
     assert options.labels is not None
     folder, shown = tempfile.mkdtemp(prefix="shardkit-labels-"), shown_folder(options.labels)
     try:
-        local, _ = stage(options.labels, run.storage_options, folder, 1)
+        stage(options.labels, run.storage_options, folder, 1)       # the folder holds the one file
+        local = os.path.join(folder, os.listdir(folder)[0])
         source = MemberTreeSource.of_tree(tree, dataclasses.replace(options, labels=local), run)
     except ShardkitError as exc:
         raise renamed(exc, folder, shown) from None

@@ -238,3 +238,32 @@ def test_an_object_replaced_after_the_listing_is_refused(tmp_path: Path, s3: S3S
     with pytest.raises(shardkit.RemoteError) as raised:
         list(source.encode_range(0, 3))
     assert str(raised.value).startswith(f"s3://{victim}: cannot fetch: its MD5 differs from the ETag")
+
+
+def test_a_bucket_folder_of_tables_a_labels_csv_at_a_url_and_a_dataset_at_a_url(
+        tmp_path: Path, s3: S3Server, bucket: str) -> None:
+    """A folder of tables in a bucket reads as tables; an image tree takes its labels from a CSV
+    in the bucket (a bad row named by the CSV's URL); a shardkit dataset at a URL is a usage error
+    saying to pull it first."""
+    fs, options = _s3fs(s3), s3.options()
+    for part in range(2):
+        fs.pipe_file(f"{bucket}/tables/part-{part}.csv",
+                     ("x,label\n" + "".join(f"{row},{row % 2}\n" for row in range(10))).encode())
+    tables = shardkit.convert(f"s3://{bucket}/tables", str(tmp_path / "tables"), label_column="label",
+                              storage_options=options, workers=1, quiet=True)
+    assert tables.num_samples == 20
+    tree = _tree(tmp_path / "tree")
+    fs.put(str(tree), f"{bucket}/train", recursive=True)
+    rels = sorted(path.relative_to(tree).as_posix() for path in tree.rglob("*.*"))
+    fs.pipe_file(f"{bucket}/labels.csv", ("path,label\n" + "".join(f"{rel},{number % 3}\n" for number, rel
+                                                                   in enumerate(rels[:6])) + ",\n").encode())
+    labelled = shardkit.convert(f"s3://{bucket}/train", str(tmp_path / "labelled"), labels=f"s3://{bucket}/labels.csv",
+                                storage_options=options, **CONVERT)
+    assert labelled.num_samples == 6
+    skipped = [json.loads(line) for line in (tmp_path / "labelled" / "skipped.jsonl").read_text().splitlines()]
+    assert [(line.get("path"), line.get("line")) for line in skipped if "path" in line] == \
+        [(f"s3://{bucket}/labels.csv", 8)]
+    assert shardkit.open_dataset(tmp_path / "labelled").classes == ["0", "1", "2"]
+    shardkit.push(str(tmp_path / "tables"), f"s3://{bucket}/dataset", storage_options=options)
+    with pytest.raises(shardkit.UsageError, match="holds a shardkit dataset; to re-shard it, `shardkit pull`"):
+        shardkit.convert(f"s3://{bucket}/dataset", str(tmp_path / "again"), storage_options=options, quiet=True)
