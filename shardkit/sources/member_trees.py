@@ -217,10 +217,16 @@ def open_tree(src: str, storage_options: Optional[Mapping[str, Any]] = None) -> 
 def list_objects(location: RemoteLocation) -> Mapping[str, Mapping[str, Any]]:
     """Every object below the location (path -> info), retried; UsageError when there is none."""
     call: Callable[[], Any] = lambda: location.fs.find(location.root, detail=True)   # noqa: E731
-    found = retried(location, "", "list", call)
+    found = dict(retried(location, "", "list", call))
     if not found:
         raise UsageError("no object below this URL", path=location.shown)
-    return dict(found)
+    unsized = [path for path, info in found.items() if info.get("size") is None and info.get("type") != "directory"]
+    root = location.root.rstrip("/") + "/"
+
+    def look_up(path: str) -> None:         # an index page gives names only: ask each object (HEAD)
+        found[path] = {**found[path], **retried(location, path[len(root):], "look up", lambda: location.fs.info(path))}
+    run_bounded(look_up, unsized, 16)
+    return found
 
 
 __all__ = ["ArchiveTree", "FolderTree", "MemberTree", "modified_ns", "open_tree"]

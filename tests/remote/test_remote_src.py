@@ -5,10 +5,13 @@ nothing; a fault that stays ends in one line naming the URL (without credentials
 manifest; --resume notices an object changed since the run it continues."""
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import os
 import shutil
 import tarfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -267,3 +270,25 @@ def test_a_bucket_folder_of_tables_a_labels_csv_at_a_url_and_a_dataset_at_a_url(
     shardkit.push(str(tmp_path / "tables"), f"s3://{bucket}/dataset", storage_options=options)
     with pytest.raises(shardkit.UsageError, match="holds a shardkit dataset; to re-shard it, `shardkit pull`"):
         shardkit.convert(f"s3://{bucket}/dataset", str(tmp_path / "again"), storage_options=options, quiet=True)
+
+
+def test_a_web_folder_with_an_index_page_converts_as_the_tree(tmp_path: Path) -> None:
+    """http.server's own index pages list the folder (names only: each object's size and time come
+    from a HEAD); the same shards as the tree on disk, whose times the server reports."""
+    tree = _tree(tmp_path / "site" / "train")
+    shardkit.convert(str(tree), str(tmp_path / "local"), **CONVERT)
+    handler = functools.partial(_QuietFolderHandler, directory=str(tmp_path / "site"))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/train/"
+        shardkit.convert(url, str(tmp_path / "web"), **CONVERT)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert _shards(tmp_path / "web") == _shards(tmp_path / "local")
+
+
+class _QuietFolderHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
