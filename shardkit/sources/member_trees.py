@@ -125,7 +125,7 @@ class FolderTree(MemberTree):
         root = location.root.rstrip("/") + "/"
         for path in sorted(found, key=lambda path: path.split("/")):
             info = found[path]
-            if info.get("type") == "directory" or not path.startswith(root):
+            if info.get("type") == "directory" or not path.startswith(root) or path.endswith("/"):
                 continue
             rel, why = safe_name(path[len(root):])
             size = int(info.get("size") or 0)
@@ -190,12 +190,25 @@ def modified_ns(info: Mapping[str, Any]) -> int:
         try:
             return int(round(float(value) * 1e9))
         except (TypeError, ValueError):
-            import email.utils
-            try:
-                return int(email.utils.parsedate_to_datetime(str(value)).timestamp()) * 1_000_000_000
-            except (TypeError, ValueError):
-                continue
+            pass
+        seconds = _seconds(str(value))
+        if seconds is not None:
+            return seconds * 1_000_000_000
     return 0
+
+
+def _seconds(text: str) -> Optional[int]:
+    """Whole seconds since the epoch of an HTTP date ("Tue, 14 Nov 2023 22:13:20 GMT") or an
+    ISO 8601 time ("2023-11-14T22:13:20.000Z", GCS), None for anything else."""
+    import datetime
+    import email.utils
+    for parse in (email.utils.parsedate_to_datetime, lambda text: datetime.datetime.fromisoformat(
+            text.replace("Z", "+00:00"))):
+        try:
+            return int(parse(text).timestamp())
+        except (TypeError, ValueError):
+            continue
+    return None
 
 
 def _md5_of(info: Mapping[str, Any]) -> str:
