@@ -72,16 +72,28 @@ def test_a_tree_in_a_bucket_converts_to_the_shards_of_the_same_tree_on_disk(
     assert manifest["source"]["path"] == f"s3://{bucket}/train" and manifest["classes"] == ["cat", "dog"]
 
 
-@pytest.mark.parametrize("kind", ["tar", "zip"])
+@pytest.mark.parametrize("kind", ["tar", "zip", "tar-of-tars"])
 def test_an_archive_in_a_bucket_converts_to_the_shards_of_the_tree(
         tmp_path: Path, s3: S3Server, bucket: str, kind: str) -> None:
     tree = _tree(tmp_path / "tree")
-    archive = _archive(tree, tmp_path / f"train.{kind}")
+    archive = _tar_of_tars(tree, tmp_path / "train.tar") if kind == "tar-of-tars" else \
+        _archive(tree, tmp_path / f"train.{kind}")
     _s3fs(s3).put(str(archive), f"{bucket}/data/{archive.name}")
     shardkit.convert(str(tree), str(tmp_path / "local"), **CONVERT)
     shardkit.convert(f"s3://{bucket}/data/{archive.name}", str(tmp_path / "s3"), storage_options=s3.options(),
                      **{**CONVERT, "workers": 2})
     assert _shards(tmp_path / "s3") == _shards(tmp_path / "local")
+
+
+def _tar_of_tars(tree: Path, archive: Path) -> Path:
+    """One tar per class folder, inside one tar (ImageNet's train tar)."""
+    for folder in sorted(tree.iterdir()):
+        with tarfile.open(tree.parent / f"{folder.name}.tar", "w") as tar:
+            tar.add(folder, arcname=".")
+    with tarfile.open(archive, "w") as tar:
+        for folder in sorted(tree.iterdir()):
+            tar.add(tree.parent / f"{folder.name}.tar", arcname=f"{folder.name}.tar")
+    return archive
 
 
 def _archive(tree: Path, archive: Path) -> Path:
