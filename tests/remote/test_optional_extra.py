@@ -41,3 +41,22 @@ def test_a_url_without_the_extra_says_what_to_install(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "s3://bucket/ds: object storage needs the remote extra: pip install 'shardkit[remote]'"
     assert not (tmp_path / "dst").exists()
+
+
+LOCAL_ARCHIVE = """
+import sys, tarfile, shardkit
+from shardkit.samples import make_image_tree
+make_image_tree({tree!r}, num_images=4, classes=("a", "b"), seed=0, sizes=(8, 8))
+with tarfile.open({archive!r}, "w:gz") as tar:
+    tar.add({tree!r}, arcname=".")
+shardkit.convert({archive!r}, {dst!r}, quiet=True, workers=1)
+print(sorted(name for name in ("fsspec", "s3fs", "gcsfs", "aiohttp") if name in sys.modules))
+"""
+
+
+def test_a_local_archive_needs_no_remote_library(tmp_path: Path) -> None:
+    code = LOCAL_ARCHIVE.format(tree=str(tmp_path / "tree"), archive=str(tmp_path / "tree.tgz"),
+                                dst=str(tmp_path / "dst"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    assert (tmp_path / "dst" / "manifest.json").is_file()
