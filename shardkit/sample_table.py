@@ -47,10 +47,11 @@ def check_entry(entry: Any, num_samples: int, where: str) -> Dict[str, Any]:
     return dict(entry)
 
 
-def open_table_file(root: str, entry: Dict[str, Any]) -> int:
-    """A read-only descriptor of the table, a regular file of the recorded size inside root;
-    CorruptShardError naming it otherwise."""
-    return open_shard_file(os.path.join(root, TABLE_NAME), root, entry["size"], "the sample table")
+def open_table_file(root: str, entry: Dict[str, Any], name: str = TABLE_NAME) -> int:
+    """A read-only descriptor of the table, a regular file of the recorded size inside root
+    (named name there: a remote dataset's cache names it by its content); CorruptShardError naming
+    it otherwise."""
+    return open_shard_file(os.path.join(root, name), root, entry["size"], "the sample table")
 
 
 class SampleTable:
@@ -59,9 +60,9 @@ class SampleTable:
     copy whose sha256 matched the manifest's (integrity.private_copy), so later changes to the file
     are never read."""
 
-    def __init__(self, root: str, entry: Dict[str, Any], hashed: bool = False) -> None:
-        self.path = os.path.join(root, TABLE_NAME)
-        fd = open_table_file(root, entry)
+    def __init__(self, root: str, entry: Dict[str, Any], hashed: bool = False, name: str = TABLE_NAME) -> None:
+        self.path = os.path.join(root, name)
+        fd = open_table_file(root, entry, name)
         try:
             if hashed:
                 copy = private_copy(fd, self.path, entry["size"], entry["sha256"], TABLE_NAME)
@@ -116,18 +117,18 @@ class TableRows:
             self._fd = -1
 
 
-def read_labels(root: str, entry: Dict[str, Any]) -> np.ndarray:
-    """Every label, in index order, from the table, once its sha256 matches the manifest's (the
-    whole file is read and hashed, a block at a time): all labels without opening a shard;
-    CorruptShardError naming the table when it does not match."""
-    return read_rows(root, entry, "label")
+def read_labels(root: str, entry: Dict[str, Any], name: str = TABLE_NAME) -> np.ndarray:
+    """Every label, in index order, from the table (root/name), once its sha256 matches the
+    manifest's (the whole file is read and hashed, a block at a time): all labels without opening
+    a shard; CorruptShardError naming the table when it does not match."""
+    return read_rows(root, entry, "label", name)
 
 
-def read_rows(root: str, entry: Dict[str, Any], field: str) -> np.ndarray:
+def read_rows(root: str, entry: Dict[str, Any], field: str, name: str = TABLE_NAME) -> np.ndarray:
     """One field of every row ("label" int64 or "crc32" uint32), in index order, as read_labels
     reads the labels: only once the whole table's sha256 matches the manifest's."""
-    path = os.path.join(root, TABLE_NAME)
-    fd = open_table_file(root, entry)      # first: the file really has the size the manifest claims
+    path = os.path.join(root, name)
+    fd = open_table_file(root, entry, name)      # first: the file really has the size the manifest claims
     rows = entry["size"] // ROW_DTYPE.itemsize
     values = np.empty(rows, dtype=ROW_DTYPE[field])
     digest = hashlib.sha256()

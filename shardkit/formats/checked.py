@@ -10,7 +10,7 @@ sample, and (when asked) checks CRC32 and label range.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from ..errors import (CorruptSampleError, CorruptShardError, ManifestError, OutO
 from ..integrity import OUT_OF_FILES, ShardFolder, open_shard_file, private_copy
 from ..manifest import MANIFEST_NAME, SHARDS_DIR, Manifest
 from ..records import Encoded
-from ..sample_table import SampleTable, shard_mismatch
+from ..sample_table import SampleTable, read_labels, shard_mismatch
 from ..schema import SampleSchema
 from .base import FormatOptions, ShardFormat, ShardReader
 from .locating import FileRows
@@ -59,16 +59,42 @@ def recorded_options(fmt: ShardFormat, manifest: Manifest, root: str) -> FormatO
 CHECKED_ROWS_BYTES = 64 << 10
 
 
+class ShardFiles(Protocol):
+    """Where the files of a dataset that is not under its root lie: a remote dataset's local cache
+    (remote/cache.py, RemoteShardCache). A file it gives stays (is pinned) until it is released."""
+
+    @property
+    def objects(self) -> str:
+        """The folder every file it gives lies in."""
+
+    def shard_path(self, shard: int) -> str:
+        """Where the shard's file lies once fetched (nothing is fetched)."""
+
+    def local_path(self, shard: int) -> str:
+        """The shard's checked file, fetched if need be, pinned until release(shard)."""
+
+    def release(self, shard: int) -> None:
+        """End one use of local_path(shard)."""
+
+    def table_path(self) -> str:
+        """The sample table's checked file, pinned until release_table()."""
+
+    def release_table(self) -> None:
+        """End one use of table_path()."""
+
+
 class CheckedShards:
     """The shards of one manifest (under root) for a reader of the dataset in this process: each
     open goes through here, as a reader (reader) or as rows located in the file (locate), and gets
     the same checks either way. `full`: each shard is copied privately while its sha256 is checked
-    (open_file), so every byte read later is a byte that was hashed, whatever happens to the file."""
+    (open_file), so every byte read later is a byte that was hashed, whatever happens to the file.
+    `files`: where the files lie when not under root (a remote dataset: root is then its URL, for
+    messages); a shard open_file gave stays there until release(shard)."""
 
     def __init__(self, fmt: ShardFormat, manifest: Manifest, root: str, options: FormatOptions,
-                 full: bool = False, role: str = "shard") -> None:
+                 full: bool = False, role: str = "shard", files: Optional[ShardFiles] = None) -> None:
         self.format, self.manifest, self.root, self.options = fmt, manifest, root, options
-        self.full, self.role = full, role
+        self.full, self.role, self.files = full, role, files
         self._names = manifest.shards.paths
         self._starts = manifest.shards.first_index
         self._table: Optional[SampleTable] = None
@@ -77,34 +103,90 @@ class CheckedShards:
     def where(self, shard: int) -> "tuple[str, str]":
         """(file, manifest name) of a shard."""
         name = self._names[shard]
+        if self.files is not None:
+            return self.files.shard_path(shard), name
         return os.path.join(self.root, name), name
 
     def table(self) -> Optional[SampleTable]:
-        """The dataset's sample table, mapped once per process (privately and hashed with `full`);
-        None when the manifest lists none."""
-        if self._table is None and self.manifest.sample_table is not None:
-            self._table = SampleTable(self.root, self.manifest.sample_table, hashed=self.full)
+        """The dataset's sample table, mapped once per process (privately and hashed with `full`)
+        until close(); None when the manifest lists none."""
+        entry = self.manifest.sample_table
+        if self._table is None and entry is not None:
+            if self.files is None:
+                self._table = SampleTable(self.root, entry, hashed=self.full)
+                return self._table
+            path = self.files.table_path()
+            try:
+                self._table = SampleTable(self.files.objects, entry, self.full, os.path.basename(path))
+            except BaseException:
+                self.files.release_table()
+                raise
         return self._table
+
+    def labels(self) -> Any:
+        """Every label, from the sample table once its sha256 matches the manifest (read_labels)."""
+        entry = self.manifest.sample_table
+        assert entry is not None
+        if self.files is None:
+            return read_labels(self.root, entry)
+        path = self.files.table_path()
+        try:
+            return read_labels(self.files.objects, entry, os.path.basename(path))
+        finally:
+            self.files.release_table()
 
     def open_file(self, shard: int) -> int:
         """A checked read-only descriptor of a shard (open_shard_file; through the shards folder
         held open when the shard is a plain name in it, as convert names them); with `full`, of a
-        private copy whose sha256 matched the manifest. The caller closes it."""
+        private copy whose sha256 matched the manifest. The caller closes it, and calls
+        release(shard) once it holds nothing of the shard open."""
+        if self.files is not None:
+            path = self.files.local_path(shard)
+            try:
+                return self._checked(shard, path, self.files.objects)
+            except BaseException:
+                self.files.release(shard)
+                raise
         path, name = self.where(shard)
-        size = int(self.manifest.shards.sizes[shard])
         folder_name, _, file_name = name.rpartition("/")
         if folder_name == SHARDS_DIR and not self.full:
             try:
-                return self._shards_folder().open(file_name, size)
+                return self._shards_folder().open(file_name, int(self.manifest.shards.sizes[shard]))
             except (OSError, ValueError):
                 pass        # open_shard_file names what is wrong
-        fd = open_shard_file(path, self.root, size, f"{self.role} {shard}")
+        return self._checked(shard, path, self.root)
+
+    def _checked(self, shard: int, path: str, root: str) -> int:
+        size = int(self.manifest.shards.sizes[shard])
+        fd = open_shard_file(path, root, size, f"{self.role} {shard}")
         if not self.full:
             return fd
         try:
             return private_copy(fd, path, size, self.manifest.shards.sha256s[shard], shard)
         finally:
             os.close(fd)
+
+    def forked(self, shards: Sequence[int]) -> None:
+        """In a forked child: keep these shards' files and the sample table's as open_file and
+        table() do (the parent's pins are its own), for what the child keeps of its parent's."""
+        if self.files is None:
+            return
+        for shard in shards:
+            self.files.local_path(shard)
+        if self._table is not None:
+            self.files.table_path()
+
+    def release(self, shard: int) -> None:
+        """End the use of the shard's file that open_file or hold began (a remote dataset's cache
+        may then evict it)."""
+        if self.files is not None:
+            self.files.release(shard)
+
+    def close(self) -> None:
+        """Drop the sample table (mapped again at the next open)."""
+        if self._table is not None and self.files is not None:
+            self.files.release_table()
+        self._table = None
 
     def _shards_folder(self) -> ShardFolder:
         if self._folder is None:

@@ -17,14 +17,12 @@ from typing import Any, Dict, Mapping, Optional
 
 from ..errors import DestinationExistsError
 from ..integrity import SharedFolderSync, atomic_write_bytes, hash_file, json_bytes
-from ..manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME, Manifest, parse_manifest
+from ..manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME, Manifest
 from ..remote.location import RemoteLocation
-from ..remote.retry import fetch_bytes, fetch_if_present
-from ..remote.transfer import download_checked, run_bounded
+from ..remote.retry import fetch_if_present
+from ..remote.transfer import MANIFEST_LIMIT, download_checked, fetch_manifest, run_bounded
 from ..runtime.progress import Progress
 
-#: A manifest larger than this is refused before it is read (a million shards take about 200 MB).
-MANIFEST_LIMIT = 1 << 30
 #: DST/.shardkit/pull.json: the manifest_sha256 of the pull under way, so that a rerun knows DST.
 PULL_RECORD = Path(".shardkit") / "pull.json"
 #: Temporary names of integrity.temp_path, left by a pull that was killed.
@@ -52,8 +50,7 @@ def pull(url: str, dst: str, *, storage_options: Optional[Mapping[str, Any]] = N
     """Copy the dataset at url into dst (empty, new, or a pull of the same dataset that stopped)."""
     started = time.monotonic()
     location = RemoteLocation(url, storage_options)
-    text = fetch_bytes(location, MANIFEST_NAME, MANIFEST_LIMIT)
-    manifest = parse_manifest(text, location.name(MANIFEST_NAME))
+    text, manifest = fetch_manifest(location)
     digest = json.loads(text)["manifest_sha256"]
     root = Path(dst)
     _claim(root, digest)

@@ -17,9 +17,8 @@ from ..errors import CorruptShardError, DestinationExistsError
 from ..manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME, Manifest, load_manifest, parse_manifest
 from ..remote.location import RemoteLocation
 from ..remote.retry import any_error, fetch_if_present, retried
-from ..remote.transfer import run_bounded, upload_bytes, upload_checked
+from ..remote.transfer import MANIFEST_LIMIT, run_bounded, upload_bytes, upload_checked
 from ..runtime.progress import Progress
-from .pull import MANIFEST_LIMIT
 from .verification import verify
 
 

@@ -16,14 +16,18 @@ forked afterwards inherit them instead of opening every shard again each epoch.
 
 A shard's file changed while open (read/watch.py, looked at before each batch) is set aside and
 opened again, with every check, at its next read.
+
+A remote dataset's shard files lie in its local cache (remote/cache.py): a shard is pinned there
+from its open to its setting aside, so the cache never evicts a file in use.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -70,7 +74,8 @@ class ShardCache:
         self._arena_rows: Any = None
         #: Whether rows may still go to an arena: every shard fits the budget, and none failed.
         self._arena_open = bool(max_rows) and count <= min(capacity, process_budget())
-        self._watch = FileWatch(shards.root, ["", SHARDS_DIR])
+        # a remote dataset's cached files never change: named by content, renamed in once checked
+        self._watch = FileWatch(shards.root, ["", SHARDS_DIR] if shards.files is None else [])
         #: The sample table the shards were checked against in this process (None before the first).
         self.table: Optional[SampleTable] = None
 
@@ -127,31 +132,36 @@ class ShardCache:
                     self._set_aside(shard)
 
     # ---- opening -----------------------------------------------------------------------
-    def _open_file(self, shard: int) -> int:
-        """A checked descriptor of the shard, once there is room for it; the sample table mapped."""
+    @contextlib.contextmanager
+    def _opened_file(self, shard: int) -> Iterator[int]:
+        """A checked descriptor of the shard, once there is room for it (closed after the block);
+        the sample table mapped. The shard's file stays pinned if the block left the shard open
+        and it was not open before."""
         self._watch.start()
         self._make_room()
+        was_open = self._is_open(shard)
         fd = self._shards.open_file(shard)
-        if self.table is None:
-            try:
+        try:
+            if self.table is None:
                 self.table = self._shards.table()
-            except BaseException:
-                os.close(fd)
-                raise
-        return fd
+            yield fd
+        finally:
+            os.close(fd)
+            if was_open or not self._is_open(shard):
+                self._shards.release(shard)
+
+    def _is_open(self, shard: int) -> bool:
+        return shard in self._lru or self._bases[shard] >= 0
 
     def _open_reader(self, shard: int) -> ShardReader:
         with self:
             reader = self._readers[shard]
             if reader is not None:
                 return reader
-            fd = self._open_file(shard)
-            try:
+            with self._opened_file(shard) as fd:
                 reader = self._shards.reader(shard, fd)
-            finally:
-                os.close(fd)
-            self._readers[shard] = reader
-            self._note_open(shard)
+                self._readers[shard] = reader
+                self._note_open(shard)
             return reader
 
     def _open_rows(self, shard: int) -> bool:
@@ -160,8 +170,7 @@ class ShardCache:
         with self:
             if self._bases[shard] >= 0 or self._rows[shard] is not None:
                 return self._rows[shard] is not NOT_ROWS
-            fd = self._open_file(shard)
-            try:
+            with self._opened_file(shard) as fd:
                 where = self._shards.locate(shard, fd)
                 if where is None:
                     self._rows[shard] = NOT_ROWS
@@ -170,10 +179,8 @@ class ShardCache:
                     return True
                 view, start = map_region(fd, where.offset, where.row_count * where.row_dtype.itemsize,
                                          where.readahead)
-            finally:
-                os.close(fd)
-            self._rows[shard] = np.frombuffer(view, dtype=where.row_dtype, count=where.row_count, offset=start)
-            self._note_open(shard)
+                self._rows[shard] = np.frombuffer(view, dtype=where.row_dtype, count=where.row_count, offset=start)
+                self._note_open(shard)
             return True
 
     def _place(self, shard: int, fd: int, where: FileRows) -> bool:
@@ -207,6 +214,7 @@ class ShardCache:
 
     def _set_aside(self, shard: int) -> None:
         """Close a shard's reader and drop its rows (a map still viewed closes with its last view)."""
+        was_open = self._is_open(shard)
         reader = self._readers[shard]
         self._readers[shard] = None
         if self._rows[shard] is not NOT_ROWS:
@@ -218,6 +226,8 @@ class ShardCache:
             OPEN_IN_PROCESS[0] -= 1
         if reader is not None:
             reader.close()
+        if was_open:
+            self._shards.release(shard)
 
     def prepare(self) -> int:
         """Open the first `capacity` shards now (their rows located and mapped without a reader
@@ -248,12 +258,16 @@ class ShardCache:
                 kept[shard] = None
         order = [shard for shard in self._lru if shard in kept]
         self._lru = OrderedDict((shard, None) for shard in order + [s for s in kept if s not in order])
+        self._shards.forked([shard for shard in range(self._count) if self._is_open(shard)])
 
     def _close_all(self) -> None:
         for shard in list(self._lru):
             self._set_aside(shard)
         if self._arena is not None:
-            OPEN_IN_PROCESS[0] -= sum(base >= 0 for base in self._bases)
+            placed = [shard for shard, base in enumerate(self._bases) if base >= 0]
+            OPEN_IN_PROCESS[0] -= len(placed)
+            for shard in placed:
+                self._shards.release(shard)
         self._arena = self._arena_rows = None     # unmapped once no row view holds it
         self._bases = [-1] * self._count
         self._arena_open = bool(self._max_rows) and self._count <= min(self.capacity, process_budget())
@@ -264,6 +278,7 @@ class ShardCache:
         """Close every shard of this dataset in this process (reading again opens them anew)."""
         with self:
             self._close_all()
+            self._shards.close()
             self._watch.close()
 
     def info(self) -> CacheInfo:

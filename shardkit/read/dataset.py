@@ -13,11 +13,12 @@ from ..formats import get_format
 from ..manifest import Manifest, load_manifest
 from ..records import Encoded
 from .indices import sample_index, sample_indices
+from .remote_files import REMOTE_OPTIONS, remote_files
 from .shards import ShardRecords
 
 #: The keywords of ShardDataset itself (suggested when a format option is misspelt).
 DATASET_OPTIONS = ("decode", "transform", "target_transform", "verify_checksums", "max_open_shards", "as_dict",
-                   "return_key")
+                   "return_key", *REMOTE_OPTIONS)
 
 
 class ShardDataset(ShardRecords, torch.utils.data.Dataset):
@@ -36,9 +37,9 @@ class ShardDataset(ShardRecords, torch.utils.data.Dataset):
                  target_transform: Optional[Callable[[Any], Any]] = None,
                  verify_checksums: "bool | str" = False, max_open_shards: Optional[int] = None,
                  as_dict: bool = False, return_key: bool = False, _manifest: Optional[Manifest] = None,
-                 **format_options: Any) -> None:
+                 **options: Any) -> None:
         super().__init__(root, verify_checksums=verify_checksums, max_open_shards=max_open_shards,
-                         _manifest=_manifest, **format_options)
+                         _manifest=_manifest, **options)
         fmt = get_format(self.manifest.format_name)
         if return_key and self.manifest.format_version < fmt.keys_since:
             raise UsageError(f"written with {fmt.name} format version {self.manifest.format_version}, "
@@ -173,7 +174,10 @@ def open_dataset(root: "str | os.PathLike[str]", **kwargs: Any) -> ShardDataset:
     """Open DST with the Dataset class of the format its manifest names.
 
     Args:
-        root: the dataset folder (DST of a conversion).
+        root: the dataset folder (DST of a conversion), or its URL (s3://, gs://, http(s)://; the
+            `remote` extra): then `cache_dir` (required), `cache_limit` (bytes or "20GB"; by
+            default the whole dataset) and `storage_options` (given to fsspec) say how its shards
+            are fetched, checked and cached locally (docs/remote.md).
         **kwargs: passed to the dataset class: `decode` ("pil", "numpy", "tensor" or None for the
             stored payload), `transform`, `target_transform`, `verify_checksums` (False, True for
             each sample's CRC32, or "full" to also hash each shard once per process),
@@ -187,7 +191,9 @@ def open_dataset(root: "str | os.PathLike[str]", **kwargs: Any) -> ShardDataset:
     Raises:
         NotADatasetError: root holds no manifest.
         ManifestError: the manifest is damaged or from a newer shardkit.
+        RemoteError: the manifest at a URL cannot be fetched.
     """
-    manifest = load_manifest(root)
+    remote = remote_files(root, *(kwargs.pop(name, None) for name in REMOTE_OPTIONS))
+    manifest = remote.manifest if remote is not None else load_manifest(root)
     classes = {cls.format_name: cls for cls in ShardDataset.__subclasses__()}
-    return classes.get(manifest.format_name, ShardDataset)(root, _manifest=manifest, **kwargs)
+    return classes.get(manifest.format_name, ShardDataset)(root, _manifest=manifest, _remote=remote, **kwargs)

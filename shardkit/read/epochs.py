@@ -11,7 +11,7 @@ per step), so one rank's count stands for all of them.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch.utils.data.distributed
@@ -118,7 +118,7 @@ class EpochSampler(torch.utils.data.distributed.DistributedSampler):
             self.yielded += 1
             yield item
 
-    def items(self, block: np.ndarray) -> Sequence[Any]:
+    def items(self, block: np.ndarray) -> Iterable[Any]:
         """What the sampler yields for a block of the order (indices, by default)."""
         return block.tolist()
 

@@ -5,10 +5,14 @@ random sampling on any dataset, whatever order it was written in; each worker's 
 bounded by the dataset's handle LRU (`max_open_shards`). For slow storage, `shards_per_window=k`
 restricts each stretch of the epoch to k shards (fewer, longer-lived opens; less mixing, see
 docs/training.md).
+
+Over a dataset at a URL, the sampler (in the main process, ahead of the DataLoader workers) asks
+the dataset's cache to prefetch shards in the order the epoch first needs them, PREFETCH_AHEAD
+shards beyond the newest one reached; the workers find them in the machine's shared cache.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -16,6 +20,10 @@ from ..errors import UsageError
 from ..order import seeded_permutation
 from .epochs import EpochSampler, replica_and_rank
 from .splits import shard_ids
+
+#: Shards, in the order of their first use, that the sampler asks a remote dataset to prefetch
+#: beyond the newest one its order has reached.
+PREFETCH_AHEAD = 2
 
 
 class ShardAwareSampler(EpochSampler):
@@ -48,6 +56,26 @@ class ShardAwareSampler(EpochSampler):
         if self._shards is None:
             return seeded_permutation(self.total, (self.seed, self.epoch))
         return _windowed_order(self._shards, self.shards_per_window or 1, (self.seed, self.epoch))
+
+    def items(self, block: np.ndarray) -> Iterable[Any]:
+        """The block's indices; over a dataset at a URL, yielded while prefetching its shards."""
+        if getattr(self.dataset, "remote_cache", None) is None:
+            return block.tolist()
+        return _prefetching(block, self.dataset)
+
+
+def _prefetching(block: np.ndarray, dataset: Any) -> Iterator[int]:
+    """block's indices, asking dataset to prefetch the next PREFETCH_AHEAD shards (in the order of
+    their first use in block) each time the order reaches a shard for the first time."""
+    shards = np.searchsorted(dataset.shard_starts, block, side="right") - 1
+    firsts = np.sort(np.unique(shards, return_index=True)[1])
+    sequence = shards[firsts].tolist()
+    reached = 0
+    for position, index in enumerate(block.tolist()):
+        if reached < len(firsts) and position == firsts[reached]:
+            reached += 1
+            dataset.prefetch(sequence[reached:reached + PREFETCH_AHEAD])
+        yield index
 
 
 def _windowed_order(shards: np.ndarray, per_window: int, seed: Any) -> np.ndarray:

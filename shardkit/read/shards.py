@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import os
-from typing import Any, Dict, List, Optional, Sequence, TypeVar
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 
@@ -16,10 +16,11 @@ from ..formats.base import physical_memory
 from ..formats.checked import CheckedShards
 from ..manifest import Manifest, load_manifest
 from ..records import Encoded
-from ..sample_table import read_labels
+from ..remote.cache import RemoteShardCache
 from .budget import process_budget
 from .cache import ShardCache
 from .indices import sample_index, sample_indices
+from .remote_files import REMOTE_OPTIONS, remote_files
 
 _Records = TypeVar("_Records", bound="ShardRecords")
 
@@ -36,17 +37,29 @@ class ShardRecords:
     never crosses a pickle, and a fork keeps only what a fork copies whole. `open_shards()` opens
     them ahead for DataLoader workers forked later; `close()` (or a `with` block) closes them, and
     reading again opens them anew.
+
+    A dataset at a URL is read through `remote_cache` (a RemoteShardCache in cache_dir, under
+    cache_limit): each shard is fetched and checked on its first use, and pinned there while open,
+    so at most as many shards are open per process as cache_limit holds.
     """
 
     #: The format a subclass insists on (None: any).
     format_name: Optional[str] = None
     #: Keywords taken besides the format's reader options (suggested when one is misspelt).
-    keywords: Sequence[str] = ("verify_checksums", "max_open_shards")
+    keywords: Sequence[str] = ("verify_checksums", "max_open_shards", *REMOTE_OPTIONS)
 
     def __init__(self, root: "str | os.PathLike[str]", verify_checksums: "bool | str" = False,
                  max_open_shards: Optional[int] = None, _manifest: Optional[Manifest] = None,
+                 cache_dir: "str | os.PathLike[str] | None" = None, cache_limit: Union[int, str, None] = None,
+                 storage_options: Optional[Mapping[str, Any]] = None, _remote: Optional[RemoteShardCache] = None,
                  **format_options: Any) -> None:
-        self.root = os.path.abspath(os.fspath(root))
+        #: The local cache of a dataset at a URL (None for a local dataset).
+        self.remote_cache = _remote or remote_files(root, cache_dir, cache_limit, storage_options)
+        if self.remote_cache is not None:
+            self.root = self.remote_cache.location.shown
+            _manifest = self.remote_cache.manifest
+        else:
+            self.root = os.path.abspath(os.fspath(root))
         self.manifest: Manifest = _manifest if _manifest is not None else load_manifest(self.root)
         if self.format_name is not None and self.manifest.format_name != self.format_name:
             raise UsageError(f"holds {self.manifest.format_name} shards, not {self.format_name}; "
@@ -62,6 +75,8 @@ class ShardRecords:
             max_open_shards = _default_budget(verify_checksums == "full", shards.sizes)
         if max_open_shards < 1:
             raise UsageError("max_open_shards must be at least 1")
+        if self.remote_cache is not None and len(shards):     # open shards stay in the cache: they must fit
+            max_open_shards = min(max_open_shards, max(1, self.remote_cache.limit // int(np.max(shards.sizes))))
         self.verify_checksums = verify_checksums
         self.max_open_shards = max_open_shards
         self._checks = SampleChecks(self.manifest, self.root, bool(verify_checksums))
@@ -75,10 +90,11 @@ class ShardRecords:
         self._per_shard = _uniform_count(shards.num_samples)
         # Fixed-shape rows with labels and CRC32s in the sample table need nothing else of a shard.
         by_rows = self.manifest.sample_table is not None and self.manifest.schema.is_array and len(shards)
+        self._shards = CheckedShards(fmt, self.manifest, self.root, options, verify_checksums == "full",
+                                     files=self.remote_cache)
         #: This dataset's open shards in this process: the one owner of them (read/cache.py).
-        self.shard_cache = ShardCache(CheckedShards(fmt, self.manifest, self.root, options,
-                                                    verify_checksums == "full"),
-                                      len(shards), max_open_shards, int(np.max(shards.num_samples)) if by_rows else 0)
+        self.shard_cache = ShardCache(self._shards, len(shards), max_open_shards,
+                                      int(np.max(shards.num_samples)) if by_rows else 0)
 
     def __len__(self) -> int:
         return self._length
@@ -102,6 +118,12 @@ class ShardRecords:
         afterwards inherit them (fixed-shape rows and readers that are one read-only map), instead
         of opening each shard again every epoch when their workers are not persistent."""
         return self.shard_cache.prepare()
+
+    def prefetch(self, shards: Iterable[int]) -> None:
+        """Fetch these shards, the ones read next, into the local cache in the background (a
+        dataset at a URL; nothing for a local one). ShardStream and ShardAwareSampler call it."""
+        if self.remote_cache is not None:
+            self.remote_cache.prefetch(shards)
 
     def key(self, index: Any) -> Optional[str]:
         """The source key of a sample: its path relative to SRC (image trees), "file:line" (table
@@ -170,13 +192,15 @@ class ShardRecords:
         if not self._length:
             return np.zeros(0, dtype=np.int64)
         if self.manifest.sample_table is not None:
-            return read_labels(self.root, self.manifest.sample_table)
+            return np.asarray(self._shards.labels())
         with self.shard_cache as cache:      # no other thread closes a reader before its labels are copied
             return np.concatenate([cache.reader(shard).labels() for shard in range(len(self._starts) - 1)])
 
     def close(self) -> None:
-        """Close this dataset's shards in this process."""
+        """Close this dataset's shards in this process (and stop its prefetching)."""
         self.shard_cache.close()
+        if self.remote_cache is not None:
+            self.remote_cache.close()
 
     def __enter__(self: _Records) -> _Records:
         return self

@@ -19,6 +19,9 @@ worker how many of its samples were already consumed, and a new DataLoader's wor
 part of the worker whose turn was next. Loaded on another number of ranks or workers (or with
 another batch size), the stream reads what the epoch has left instead: the order without every
 sample the old readers had given (read/stream_plan.py), cut again into blocks and parts.
+
+A dataset at a URL: as a reader starts a shard, it asks the dataset's cache to prefetch the next
+PREFETCH_AHEAD shards of its part.
 """
 from __future__ import annotations
 
@@ -34,6 +37,9 @@ from ..errors import UsageError
 from .epochs import per_rank, rank_block, replica_and_rank
 from .stream_plan import (StreamLayer, buffer_order, checked_stream_layers, consumed_counts, layer_left,
                           part_bounds, reader_rng)
+
+#: Shards of its part after the one it reads that a reader asks a remote dataset to prefetch.
+PREFETCH_AHEAD = 2
 
 
 class ShardStream(torch.utils.data.IterableDataset):
@@ -155,13 +161,17 @@ class ShardStream(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         indices, order, skipped = self.reader_order(*((0, 1) if info is None else (info.id, info.num_workers)))
         shards = np.searchsorted(self.dataset.shard_starts, indices, side="right") - 1
+        runs = shards[np.flatnonzero(np.diff(shards, prepend=-1))].tolist()     # the part's shards in order
         held: Dict[int, Any] = {}
-        reading, shard = 0, -1
+        reading, shard, run, checked = 0, -1, -1, -1
         for position in order:              # read in stored order, each sample still to give once
             while reading <= position:
+                if shards[reading] != shard:        # the part's next shard: prefetch the ones after it
+                    shard, run = shards[reading], run + 1
+                    self.dataset.prefetch(runs[run + 1:run + 1 + PREFETCH_AHEAD])
                 if not skipped[reading]:
-                    if shards[reading] != shard:    # a run of one shard is read like a batch: read/watch.py
-                        shard = shards[reading]
+                    if shard != checked:    # a run of one shard is read like a batch: read/watch.py
+                        checked = shard
                         self.dataset.shard_cache.check_files()
                     held[reading] = self.dataset.read_encoded(int(indices[reading]))
                 reading += 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set, Tuple, Union
 
 from ..errors import UsageError
 from ..integrity import fsync_path
@@ -18,7 +18,7 @@ from ..manifest import Manifest
 from ..units import format_size, parse_size
 from .cache_folder import CacheFolder, discard, object_name
 from .location import RemoteLocation
-from .transfer import fetch_into
+from .transfer import fetch_into, fetch_manifest
 
 #: Shards waiting to be prefetched at most; further requests are dropped until some are done.
 PREFETCH_QUEUE = 8
@@ -29,7 +29,8 @@ PREFETCH_THREADS = 2
 class RemoteShardCache:
     """Local, checked copies of the shards of the dataset at url, in cache_dir, under cache_limit
     bytes ("10GB" accepted) plus the shards being read. local_path(shard) gives a shard's file and
-    pins it for this process until release(shard) (or close()); prefetch(shards) fetches ahead.
+    pins it for this process until release(shard) (or close()); prefetch(shards) fetches ahead;
+    table_path() and release_table() do for the sample table what the first two do for a shard.
     A limit below the largest shard is refused here, since no shard could be kept."""
 
     def __init__(self, url: str, cache_dir: str, cache_limit: Union[int, str], manifest: Manifest, *,
@@ -46,13 +47,24 @@ class RemoteShardCache:
         self.folder = CacheFolder(self.cache_dir)
         self._reset()
 
+    @classmethod
+    def at(cls, url: str, cache_dir: str, cache_limit: Union[int, str, None] = None, *,
+           storage_options: Optional[Mapping[str, Any]] = None) -> "RemoteShardCache":
+        """The cache of the dataset at url, its manifest fetched and checked first; cache_limit
+        None: room for the whole dataset (each shard is fetched once)."""
+        _, manifest = fetch_manifest(RemoteLocation(url, storage_options))
+        if cache_limit is None:
+            table = manifest.sample_table
+            cache_limit = int(manifest.shards.sizes.sum()) + (int(table["size"]) if table else 0)
+        return cls(url, cache_dir, cache_limit, manifest, storage_options=storage_options)
+
     def _reset(self) -> None:
         """The per-process state: pins, the prefetch pool, the lock guarding them."""
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._pins: Dict[int, List[int]] = {}       # shard -> [pin descriptor, uses]
+        self._pins: Dict[str, List[int]] = {}       # object name -> [pin descriptor, uses]
         self._queued: Set[int] = set()              # shards waiting for or in a prefetch
-        self._ahead: Set[int] = set()               # shards prefetched and not asked for since
+        self._ahead: Set[int] = set()               # shards of the latest prefetch not asked for since
         self._pool: Optional[ThreadPoolExecutor] = None
 
     def _this_process(self) -> None:
@@ -62,47 +74,76 @@ class RemoteShardCache:
                 os.close(fd)
             self._reset()
 
+    @property
+    def objects(self) -> str:
+        """The folder every cached file lies in."""
+        return str(self.folder.objects)
+
+    def shard_path(self, shard: int) -> str:
+        """Where the shard's checked copy lies once fetched (nothing is fetched here)."""
+        return str(self.folder.object_path(self._name(shard)))
+
     def local_path(self, shard: int) -> str:
         """The path of a complete, checked copy of the shard, fetched now if the cache lacks it;
         the shard stays pinned (never evicted) until release(shard). RemoteError if it cannot be fetched."""
         self._this_process()
-        name = self._name(shard)
-        self._pin(shard, name)
         with self._lock:
             self._ahead.discard(shard)
-        try:
-            self._ensure(shard, name, for_read=True)
-        except BaseException:
-            self.release(shard)
-            raise
-        return str(self.folder.object_path(name))
+        return self._local(self._entry(shard))
 
     def release(self, shard: int) -> None:
         """End one use of the shard by local_path: unpinned once every use has ended."""
+        self._release(self._name(shard))
+
+    def table_path(self) -> str:
+        """The sample table's checked copy, fetched and pinned as local_path does for a shard;
+        release_table() ends the use. UsageError when the manifest lists no sample table."""
+        return self._local(self._table_entry())
+
+    def release_table(self) -> None:
+        """End one use of the sample table by table_path."""
+        rel, sha256, size = self._table_entry()
+        self._release(object_name(sha256, size, rel))
+
+    def _local(self, entry: Tuple[str, str, int]) -> str:
+        self._this_process()
+        rel, sha256, size = entry
+        name = object_name(sha256, size, rel)
+        self._pin(name)
+        try:
+            self._ensure(entry, name, for_read=True)
+        except BaseException:
+            self._release(name)
+            raise
+        return str(self.folder.object_path(name))
+
+    def _release(self, name: str) -> None:
+        self._this_process()
         with self._lock:
-            held = self._pins.get(shard)
+            held = self._pins.get(name)
             if held is None:
                 return
             held[1] -= 1
             if held[1] == 0:
-                del self._pins[shard]
+                del self._pins[name]
                 os.close(held[0])
 
     def prefetch(self, shards: Iterable[int]) -> None:
-        """Fetch these shards in the background (at most PREFETCH_QUEUE waiting, PREFETCH_THREADS at
-        once), into room the cache has or can make without evicting what this cache prefetched and
-        has not used yet; a failure is left for the read that needs the shard to report."""
+        """Fetch these shards, the ones needed next, in the background (at most PREFETCH_QUEUE
+        waiting, PREFETCH_THREADS at once), into room the cache has or can make without evicting
+        one of them; a failure is left for the read that needs the shard to report."""
         self._this_process()
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(PREFETCH_THREADS, thread_name_prefix="shardkit-prefetch")
-            for shard in shards:
+            wanted = list(shards)
+            self._ahead = set(wanted)
+            for shard in wanted:
                 name = self._name(shard)
                 if shard in self._queued or len(self._queued) >= PREFETCH_QUEUE \
                         or self.folder.complete(name, int(self.manifest.shards.sizes[shard])):
                     continue
                 self._queued.add(shard)
-                self._ahead.add(shard)
                 self._pool.submit(self._prefetch_one, shard, name)
 
     def usage(self) -> int:
@@ -132,29 +173,40 @@ class RemoteShardCache:
         """Pickles without pins or threads (DataLoader workers started by spawn rebuild it)."""
         return (_rebuild, (self.url, self.cache_dir, self.limit, self.manifest, self.storage_options))
 
-    def _name(self, shard: int) -> str:
+    def _entry(self, shard: int) -> Tuple[str, str, int]:
+        """(path in the dataset, sha256, size) of a shard."""
         shards = self.manifest.shards
         if not 0 <= shard < len(shards):
             raise IndexError(f"shard {shard} is out of range for a dataset of {len(shards)} shards")
-        return object_name(shards.sha256s[shard], int(shards.sizes[shard]), shards.paths[shard])
+        return shards.paths[shard], shards.sha256s[shard], int(shards.sizes[shard])
 
-    def _pin(self, shard: int, name: str) -> None:
+    def _table_entry(self) -> Tuple[str, str, int]:
+        table = self.manifest.sample_table
+        if table is None:
+            raise UsageError("the dataset lists no sample table", path=self.location.shown)
+        return table["path"], table["sha256"], int(table["size"])
+
+    def _name(self, shard: int) -> str:
+        rel, sha256, size = self._entry(shard)
+        return object_name(sha256, size, rel)
+
+    def _pin(self, name: str) -> None:
         with self._lock:
-            held = self._pins.get(shard)
+            held = self._pins.get(name)
             if held is not None:
                 held[1] += 1
                 return
         fd = self.folder.pin(name)
         with self._lock:
-            held = self._pins.setdefault(shard, [fd, 0])
+            held = self._pins.setdefault(name, [fd, 0])
             held[1] += 1
         if held[0] != fd:      # another thread pinned it meanwhile
             os.close(fd)
 
-    def _ensure(self, shard: int, name: str, for_read: bool) -> bool:
-        """Make the shard's object complete in the cache (fetching it under its fetch lock);
-        whether it is there. A prefetch (for_read=False) gives up when the room cannot be made."""
-        size = int(self.manifest.shards.sizes[shard])
+    def _ensure(self, entry: Tuple[str, str, int], name: str, for_read: bool) -> bool:
+        """Make the object complete in the cache (fetching it under its fetch lock); whether it
+        is there. A prefetch (for_read=False) gives up when the room cannot be made."""
+        rel, sha256, size = entry
         if self.folder.complete(name, size):
             self.folder.touch(name)
             return True
@@ -167,8 +219,7 @@ class RemoteShardCache:
             if tmp is None:
                 return False
             try:
-                fetch_into(self.location, self.manifest.shards.paths[shard], tmp, size,
-                           self.manifest.shards.sha256s[shard])
+                fetch_into(self.location, rel, tmp, size, sha256)
                 os.replace(tmp, self.folder.object_path(name))
                 fsync_path(self.folder.objects)
             finally:
@@ -176,13 +227,13 @@ class RemoteShardCache:
         return True
 
     def _prefetched_names(self) -> Set[str]:
-        """Shards prefetched and not used yet: a prefetch never evicts them for another."""
+        """The shards of the latest prefetch not asked for yet: a prefetch never evicts them for another."""
         with self._lock:
             return {self._name(shard) for shard in self._ahead}
 
     def _prefetch_one(self, shard: int, name: str) -> None:
         try:
-            self._ensure(shard, name, for_read=False)
+            self._ensure(self._entry(shard), name, for_read=False)
         except Exception:
             pass        # the read of this shard fetches it again and reports what fails
         finally:

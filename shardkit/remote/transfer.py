@@ -8,18 +8,28 @@ from __future__ import annotations
 import os
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Callable, Iterable, List, Optional, TypeVar
+from typing import Any, Callable, Iterable, List, Optional, Tuple, TypeVar
 
 from ..errors import CorruptShardError
 from ..integrity import FolderSync, create_new, fsync_path, hash_file, hash_shard_file, temp_path
+from ..manifest import MANIFEST_NAME, Manifest, parse_manifest
 from .location import RemoteLocation
-from .retry import Mismatch, retried
+from .retry import Mismatch, fetch_bytes, retried
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 #: Transfers in flight at once by default: enough to hide a store's latency per object.
 DEFAULT_IN_FLIGHT = 8
+#: A manifest larger than this is refused before it is read (a million shards take about 200 MB).
+MANIFEST_LIMIT = 1 << 30
+
+
+def fetch_manifest(location: RemoteLocation) -> Tuple[bytes, Manifest]:
+    """The bytes of the manifest at the location and the manifest, checked as a local one is
+    (its own checksum, safe shard paths, contiguous indices)."""
+    text = fetch_bytes(location, MANIFEST_NAME, MANIFEST_LIMIT)
+    return text, parse_manifest(text, location.name(MANIFEST_NAME))
 
 
 def run_bounded(function: Callable[[T], R], items: Iterable[T], in_flight: Optional[int] = None,

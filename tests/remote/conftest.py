@@ -64,3 +64,8 @@ def served(tmp_path: Path, table50: Path) -> Iterator[FaultyFolderServer]:
 def files_of(root: Path) -> dict:
     """Every file under root (relative path -> bytes)."""
     return {path.relative_to(root).as_posix(): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def disk_use(root: Path) -> int:
+    """Bytes of the files under root."""
+    return sum(path.stat().st_size for path in root.rglob("*") if path.is_file())

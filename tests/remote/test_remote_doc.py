@@ -7,6 +7,7 @@ from typing import Any, Dict
 
 import pytest
 
+import shardkit
 from tests.integration.test_docs_snippets import page_blocks, run_blocks
 
 from .conftest import table_dataset
@@ -28,4 +29,5 @@ def test_remote_page_blocks_run(s3: S3Server, tmp_path: Path, monkeypatch: pytes
     scope: Dict[str, Any] = {}
     run_blocks(blocks, tmp_path, {"DST": dst}, scope)
     assert (tmp_path / "train" / "manifest.json").read_bytes() == (Path(dst) / "manifest.json").read_bytes()
-    assert Path(scope["path"]).read_bytes() == (Path(dst) / "shards" / "shard-00000.h5").read_bytes()
+    assert scope["label"] == shardkit.open_dataset(dst)[0][1]
+    assert scope["ds"].remote_cache.usage() > 0 and (tmp_path / "cache" / "objects").is_dir()

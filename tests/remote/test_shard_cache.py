@@ -18,6 +18,7 @@ import shardkit
 from shardkit.manifest import Manifest, load_manifest
 from shardkit.remote.cache import RemoteShardCache
 
+from .conftest import disk_use
 from .servers import FaultyFolderServer
 
 CHILD = """
@@ -36,10 +37,6 @@ print("done", flush=True)
 if hold == "hold":
     sys.stdin.read()        # keeps its pins until the test closes stdin
 """
-
-
-def _disk_use(root: Path) -> int:
-    return sum(path.stat().st_size for path in root.rglob("*") if path.is_file())
 
 
 def _child(served: FaultyFolderServer, cache_dir: Path, limit: int, table50: Path, start: Path, order: List[int],
@@ -87,7 +84,7 @@ def test_an_epoch_in_order_under_a_two_shard_limit(served: FaultyFolderServer, t
             cache.prefetch([shard + 1, shard + 2][:max(0, 49 - shard)])
             path = cache.local_path(shard)
             assert Path(path).read_bytes() == (table50 / manifest.shards.paths[shard]).read_bytes()
-            assert _disk_use(cache_dir) <= limit + int(sizes[shard]), shard
+            assert disk_use(cache_dir) <= limit + int(sizes[shard]), shard
             cache.release(shard)
         assert cache.usage() <= limit
     assert set(served.gets) == {f"ds/{path}" for path in manifest.shards.paths}
@@ -172,7 +169,7 @@ def test_a_damaged_object_never_enters_the_cache(served: FaultyFolderServer, tab
             cache.local_path(5)
         assert str(raised.value).startswith(f"{served.url}/{rel}: cannot fetch: its sha256 differs")
         assert cache.usage() == 0
-    assert _disk_use(tmp_path / "cache") == 0
+    assert disk_use(tmp_path / "cache") == 0
 
 
 def test_prefetch_fetches_in_the_background(served: FaultyFolderServer, table50: Path, tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ LAYERS = {
     "write.conversion": 4, "write.repair": 4, "ops.verification": 4, "ops.info": 4, "ops.merging": 4,
     "ops.pull": 4, "ops.push": 5,
     "read.shards": 4, "read.dataset": 4, "read.batches": 4, "read.sampler": 4, "read.splits": 4,
-    "read.epochs": 4, "read.mixing": 4, "read.stream_plan": 4,
+    "read.epochs": 4, "read.mixing": 4, "read.stream_plan": 4, "read.remote_files": 4,
     "ops.bench": 5, "ops.bench_plot": 5, "ops.duplicates": 5, "ops.sample_digests": 5, "ops.demo": 5, "read.stream": 5,
     "cli": 6, "__init__": 7, "__main__": 7,
 }
