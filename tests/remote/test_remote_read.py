@@ -193,6 +193,32 @@ def test_a_damaged_object_fails_the_read_naming_its_url_and_leaves_nothing(
     assert ds[4 * 10 + 3][1] == shardkit.open_dataset(str(table50))[43][1]
 
 
+@pytest.mark.parametrize("fault", ["drop", "500", "503", "slow", "truncate", "alter", "extend"])
+def test_a_fault_that_passes_is_retried_and_the_read_gets_the_right_samples(
+        served: FaultyFolderServer, table50: Path, tmp_path: Path, fault: str) -> None:
+    paths = load_manifest(str(table50)).shards.paths
+    served.fail(f"ds/{paths[2]}", fault, times=1)
+    with shardkit.open_dataset(served.url + "/ds", cache_dir=tmp_path / "cache") as ds:
+        local = shardkit.open_dataset(str(table50))
+        assert _values(ds[i] for i in range(20, 30)) == _values(local[i] for i in range(20, 30))
+    assert served.gets[f"ds/{paths[2]}"] == (1 if fault == "slow" else 2)     # a slow answer is no failure
+
+
+@pytest.mark.parametrize("fault, says", [("404", "no such object"), ("503", "ClientResponseError: 503"),
+                                         ("truncate", "received"), ("extend", "more than the")])
+def test_a_fault_that_stays_is_one_error_naming_the_url(served: FaultyFolderServer, table50: Path,
+                                                        tmp_path: Path, fault: str, says: str) -> None:
+    paths = load_manifest(str(table50)).shards.paths
+    served.fail(f"ds/{paths[2]}", fault, times=None)
+    with shardkit.open_dataset(served.url + "/ds", cache_dir=tmp_path / "cache") as ds:
+        with pytest.raises(shardkit.RemoteError) as raised:
+            ds[25]
+    message = str(raised.value)
+    assert message.startswith(f"{served.url}/ds/{paths[2]}: cannot fetch: ") and says in message, message
+    assert "\n" not in message
+    assert not [path for path in (tmp_path / "cache" / "objects").iterdir() if path.suffix != ".bin"]
+
+
 def test_a_cached_shard_damaged_on_local_disk_is_caught_with_full_checks(served: FaultyFolderServer, table50: Path,
                                                                          tmp_path: Path) -> None:
     with shardkit.open_dataset(served.url + "/ds", cache_dir=tmp_path / "cache") as ds:
