@@ -75,7 +75,8 @@ class ShardRecords:
             max_open_shards = _default_budget(verify_checksums == "full", shards.sizes)
         if max_open_shards < 1:
             raise UsageError("max_open_shards must be at least 1")
-        if self.remote_cache is not None and len(shards):     # open shards stay in the cache: they must fit
+        if self.remote_cache is not None and self.remote_cache.limit < int(shards.sizes.sum()):
+            # open shards stay in the cache: no more of them than the limit holds
             max_open_shards = min(max_open_shards, max(1, self.remote_cache.limit // int(np.max(shards.sizes))))
         self.verify_checksums = verify_checksums
         self.max_open_shards = max_open_shards
