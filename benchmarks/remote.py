@@ -23,7 +23,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import sys
 
@@ -111,32 +111,43 @@ def compare(name: str, url: str, options: Dict[str, Any], files: List[str], tota
         print(f"| {label} | {rate:.0f} | {rate / base:.2f}x | {rate / durable:.2f}x |")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=int, default=200, help="dataset size in MB (2000 for the 2 GB run)")
-    parser.add_argument("--shard-size", default="16MB")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "shardkit-bench-remote"))
-    parser.add_argument("--stores", default="http,s3", help="comma-separated: http, s3")
-    args = parser.parse_args()
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
-    dst = make_dataset(work, args.mb, args.shard_size)
-    files = dataset_files(dst)
-    total = sum((dst / rel).stat().st_size for rel in files)
-    stores = args.stores.split(",")
+def stores_of(dst: Path, stores: List[str]) -> Iterator[Tuple[str, str, Dict[str, Any]]]:
+    """(name, URL, storage_options) of dst on each store asked for ("http", "s3"), its server
+    running while the item is in use."""
     if "http" in stores:
         with FaultyFolderServer(dst.parent) as server:
-            compare("HTTP (http.server on 127.0.0.1)", f"{server.url}/{dst.name}", {}, files, total, work,
-                    args.repeat)
+            yield "HTTP (http.server on 127.0.0.1)", f"{server.url}/{dst.name}", {}
     if "s3" in stores:
         s3 = S3Server()
         try:
             url = f"s3://{s3.new_bucket()}/ds"
             shardkit.push(str(dst), url, storage_options=s3.options())
-            compare("S3 (moto's server on 127.0.0.1)", url, s3.options(), files, total, work, args.repeat)
+            yield "S3 (moto's server on 127.0.0.1)", url, s3.options()
         finally:
             s3.stop()
+
+
+def arguments(description: str, megabytes: int, shard_size: str, work: str) -> Tuple[argparse.Namespace, Path]:
+    """The command line of a remote benchmark (--mb, --shard-size, --repeat, --work, --stores) and
+    the generated dataset it names."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--mb", type=int, default=megabytes, help="dataset size in MB")
+    parser.add_argument("--shard-size", default=shard_size)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), work))
+    parser.add_argument("--stores", default="http,s3", help="comma-separated: http, s3")
+    args = parser.parse_args()
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    return args, make_dataset(Path(args.work), args.mb, args.shard_size)
+
+
+def main() -> None:
+    args, dst = arguments(__doc__.splitlines()[0], 200, "16MB", "shardkit-bench-remote")
+    work = Path(args.work)
+    files = dataset_files(dst)
+    total = sum((dst / rel).stat().st_size for rel in files)
+    for name, url, options in stores_of(dst, args.stores.split(",")):
+        compare(name, url, options, files, total, work, args.repeat)
 
 
 if __name__ == "__main__":
