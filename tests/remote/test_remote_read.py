@@ -74,6 +74,7 @@ def test_a_dataset_at_a_url_reads_as_its_local_copy(served: FaultyFolderServer, 
     with shardkit.open_dataset(served.url + "/ds", cache_dir=tmp_path / "cache",
                                verify_checksums=verify_checksums) as remote:
         assert isinstance(remote, shardkit.HDF5Dataset) and remote.root == served.url + "/ds"
+        assert remote.max_open_shards == local.max_open_shards      # the default limit holds every shard
         assert _values(remote[i] for i in range(len(remote))) == _values(local[i] for i in range(len(local)))
         assert remote.key(7) == local.key(7)
         assert remote.targets().tolist() == local.targets().tolist()
@@ -294,3 +295,15 @@ def test_a_reader_killed_mid_download_leaves_nothing_a_later_run_takes_for_compl
         assert _values(ds[i] for i in range(30, 40)) == _values(local[i] for i in range(30, 40))
     assert served.gets[rel] == 2
     assert not list((tmp_path / "cache" / "objects").glob(".*.tmp-*"))
+
+
+def test_the_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/remote_read.py still runs (it times nothing here): both ratios are printed."""
+    import subprocess
+    import sys
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(repo / "benchmarks" / "remote_read.py"), "--mb", "2", "--shard-size",
+                           "256KB", "--repeat", "1", "--stores", "http", "--work", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "cached epoch rate / local epoch rate" in done.stdout and "| pull, then read |" in done.stdout
