@@ -127,23 +127,17 @@ def stores_of(dst: Path, stores: List[str]) -> Iterator[Tuple[str, str, Dict[str
             s3.stop()
 
 
-def arguments(description: str, megabytes: int, shard_size: str, work: str) -> Tuple[argparse.Namespace, Path]:
-    """The command line of a remote benchmark (--mb, --shard-size, --repeat, --work, --stores) and
-    the generated dataset it names."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--mb", type=int, default=megabytes, help="dataset size in MB")
-    parser.add_argument("--shard-size", default=shard_size)
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=200, help="dataset size in MB (2000 for the 2 GB run)")
+    parser.add_argument("--shard-size", default="16MB")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), work))
+    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "shardkit-bench-remote"))
     parser.add_argument("--stores", default="http,s3", help="comma-separated: http, s3")
     args = parser.parse_args()
-    Path(args.work).mkdir(parents=True, exist_ok=True)
-    return args, make_dataset(Path(args.work), args.mb, args.shard_size)
-
-
-def main() -> None:
-    args, dst = arguments(__doc__.splitlines()[0], 200, "16MB", "shardkit-bench-remote")
     work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    dst = make_dataset(work, args.mb, args.shard_size)
     files = dataset_files(dst)
     total = sum((dst / rel).stat().st_size for rel in files)
     for name, url, options in stores_of(dst, args.stores.split(",")):

@@ -21,10 +21,12 @@ targets' ratios as the medians of each repeat's ratio, in one run:
 """
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
@@ -32,7 +34,7 @@ from typing import Any, Callable, Dict, List, Tuple
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))      # remote.py's dataset and servers
 
 import shardkit  # noqa: E402
-from remote import arguments, stores_of  # noqa: E402
+from remote import make_dataset, stores_of  # noqa: E402
 
 
 def epoch(root: str, **options: Any) -> int:
@@ -108,7 +110,15 @@ def report(name: str, dst: Path, samples: int, seconds: Dict[str, List[Tuple[flo
 
 
 def main() -> None:
-    args, dst = arguments(__doc__.splitlines()[0], 100, "8MB", "shardkit-bench-remote-read")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=100, help="dataset size in MB")
+    parser.add_argument("--shard-size", default="8MB", help="shard size (--shard-size of convert)")
+    parser.add_argument("--repeat", type=int, default=3, help="repeats of the four contenders")
+    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "shardkit-bench-remote-read"))
+    parser.add_argument("--stores", default="http,s3", help="comma-separated: http, s3")
+    args = parser.parse_args()
+    Path(args.work).mkdir(parents=True, exist_ok=True)
+    dst = make_dataset(Path(args.work), args.mb, args.shard_size)
     for name, url, options in stores_of(dst, args.stores.split(",")):
         compare(name, url, options, dst, Path(args.work), args.repeat)
 
