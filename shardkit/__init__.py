@@ -25,6 +25,7 @@ if TYPE_CHECKING:      # type checkers see the real objects; at run time they lo
     from .ops.push import PushReport, push  # noqa: F401
     from .read.mixing import MixedDataset  # noqa: F401
     from .read.sampler import ShardAwareSampler  # noqa: F401
+    from .write.repair_run import RepairReport, repair  # noqa: F401
     from .ops.verification import VerifyReport, verify  # noqa: F401
 
 _LAZY = {
@@ -37,6 +38,7 @@ _LAZY = {
     "PullReport": "shardkit.ops.pull",
     "PushReport": "shardkit.ops.push",
     "RawBatch": "shardkit.read.batches",
+    "RepairReport": "shardkit.write.repair_run",
     "ShardAwareSampler": "shardkit.read.sampler",
     "ShardDataset": "shardkit.read.dataset",
     "ShardStream": "shardkit.read.stream",
@@ -49,6 +51,7 @@ _LAZY = {
     "pull": "shardkit.ops.pull",
     "push": "shardkit.ops.push",
     "random_split": "shardkit.read.splits",
+    "repair": "shardkit.write.repair_run",
     "train_val_split": "shardkit.read.splits",
     "verify": "shardkit.ops.verification",
     "worker_init_fn": "shardkit.read.cache",
@@ -72,8 +75,8 @@ __all__ = sorted([
     "DuplicatesReport",
     "EmptySourceError", "ForeignShardError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError",
     "MixedDataset", "NotADatasetError", "OutOfFilesError", "PTDataset", "PullReport", "PushReport", "RawBatch",
-    "RemoteError", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError",
+    "RemoteError", "RepairReport", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError",
     "SourceError", "UnguardedMainError", "UsageError", "VerifyReport", "__version__", "collate_raw", "convert",
-    "duplicates", "merge", "open_dataset", "pull", "push", "random_split", "train_val_split", "verify",
+    "duplicates", "merge", "open_dataset", "pull", "push", "random_split", "repair", "train_val_split", "verify",
     "worker_init_fn",
 ])

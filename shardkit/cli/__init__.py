@@ -54,9 +54,10 @@ def _register() -> None:
     # thread pool, and a process with a second thread spawns its shard writers instead of
     # forking them (runtime/workers.writer_start_method): a quarter second of start-up each.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    from . import bench_cmd, convert_cmd, demo_cmd, duplicates_cmd, info_cmd, merge_cmd, pull_cmd, push_cmd, verify_cmd
+    from . import (bench_cmd, convert_cmd, demo_cmd, duplicates_cmd, info_cmd, merge_cmd, pull_cmd, push_cmd,
+                   repair_cmd, verify_cmd)
     for module in (convert_cmd, verify_cmd, info_cmd, merge_cmd, push_cmd, pull_cmd, bench_cmd, demo_cmd,
-                   duplicates_cmd):
+                   duplicates_cmd, repair_cmd):
         main.add_command(module.command)
 
 

@@ -15,7 +15,8 @@ from ..remote.location import is_url, redact_url
 from ..sources import Skipped, Source, open_source
 from .conversion_plan import ConversionPlan, plan_conversion
 from .journal import Journal
-from .repair import finished_dataset, repair
+from .recorded_options import record_options
+from .repair import finished_dataset, repair_shards
 from .runner import write_shards
 from .session import ConversionSession
 from .skip_log import skip_log_of
@@ -120,17 +121,17 @@ def _convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", given
         plan = plan_conversion(source, options, src)
         finished = finished_dataset(dst, plan.fingerprint, run)
         if finished is not None:
-            written, notes = repair(finished, dst, plan, source, run)
+            written, notes = repair_shards(finished, dst, plan, source, run)
             report = report_for(finished, dst, started, reused=len(finished.shards) - written)
             report.warnings = notes
             return report
-        return _convert_source(source, src, dst, plan, run, started)
+        return _convert_source(source, src, dst, plan, run, started, record_options(options, source_options))
     finally:
         source.close()
 
 
 def _convert_source(source: Source, src: str, dst: str, plan: ConversionPlan, run: RunOptions,
-                    started: float) -> ConvertReport:
+                    started: float, recorded: Dict[str, Any]) -> ConvertReport:
     with ConversionSession(dst, run) as session:
         created = session.start(plan.fingerprint)
         done, pending = session.split_done(plan.tasks, plan.fmt.extension)
@@ -146,6 +147,7 @@ def _convert_source(source: Source, src: str, dst: str, plan: ConversionPlan, ru
         results.sort(key=lambda result: result.shard)
         skip_log, scan_lines = skip_log_of(plan_skipped, results)
         manifest = _assemble(results, source, plan, ctx.format_options, created, plan_skipped, src, scan_lines)
+        manifest.source["options"] = recorded
         manifest.source["summary"]["skipped_by_reason"] = skip_log.by_reason()
         if manifest.part is not None:
             manifest.source["summary"]["scan_skipped_by_reason"] = skip_log_of(plan_skipped, [])[0].by_reason()

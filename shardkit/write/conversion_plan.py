@@ -38,13 +38,9 @@ class ConversionPlan:
     plan_fingerprint: str
     #: this run's fingerprint (the part's), recorded in the journal and the manifest
     fingerprint: str
-
-    @property
-    def dataset_id(self) -> str:
-        """The dataset_id stamped into every shard and the manifest: derived from the whole plan's
-        fingerprint, so output stays byte-identical run after run and every --part of one plan
-        shares it; another SRC or other options give another one."""
-        return hashlib.sha256(f"shardkit dataset {self.plan_fingerprint}".encode()).hexdigest()[:32]
+    #: the identity stamped into every shard and the manifest: derived from the whole plan's
+    #: fingerprint (plan_identity), or the existing dataset's when repairing or appending to it
+    dataset_id: str
 
     def task_of(self, path: str) -> Optional[ShardTask]:
         """The planned task writing the shard at path (relative to DST), if any."""
@@ -100,7 +96,15 @@ def plan_conversion(source: Source, options: PlanOptions, src: str) -> Conversio
     return ConversionPlan(fmt=fmt, schema=schema, order=order, permutation=permutation, ranges=ranges,
                           tasks=make_tasks(ranges, part), part=part,
                           readahead=None if options.readahead is None else bool(options.readahead),
-                          plan_fingerprint=fingerprint(None), fingerprint=fingerprint(part))
+                          plan_fingerprint=fingerprint(None), fingerprint=fingerprint(part),
+                          dataset_id=plan_identity(fingerprint(None)))
+
+
+def plan_identity(plan_fingerprint: str) -> str:
+    """A new dataset's dataset_id: derived from the whole plan's fingerprint, so output stays
+    byte-identical run after run and every --part of one plan shares it; another SRC or other
+    options give another one."""
+    return hashlib.sha256(f"shardkit dataset {plan_fingerprint}".encode()).hexdigest()[:32]
 
 
 def _describe_summary(summary: Dict[str, Any]) -> str:

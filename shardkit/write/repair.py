@@ -1,21 +1,27 @@
-"""--resume on a finished dataset: nothing is reused unchecked. Every shard and the sample table
-are compared with the manifest's record (size and sha256, read through a descriptor that is a
-regular file inside DST), and what is missing or damaged is written again from SRC through the
-same plan and sink, so the dataset ends as `shardkit verify` expects it, byte for byte."""
+"""Repairing a finished dataset (`shardkit repair DST --from SRC`, and --resume of a finished DST):
+nothing is reused unchecked. Every shard and the sample table are compared with the manifest's
+record (size and sha256, read through a descriptor that is a regular file inside DST), and what is
+missing or damaged is written again from SRC through the same plan and sink, checked against the
+record before it replaces anything, so the dataset ends as `shardkit verify` expects it, byte for byte."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
-from ..errors import ConversionError, ManifestError, UsageError
-from ..integrity import hash_shard_file
+from ..errors import ConversionError, UsageError
+from ..integrity import durable_replace, fsync_path, hash_file, hash_shard_file
 from ..manifest import MANIFEST_NAME, Manifest, load_manifest
 from ..options import RunOptions
+from ..runtime.fault_points import kill_point
+from ..runtime.interrupt import SigintLatch
+from ..runtime.progress import Progress
 from ..sources import Source
 from .conversion_plan import ConversionPlan
-from .journal import Journal, refuse_links
-from .runner import write_shards
+from .journal import Journal, refuse_links, remove_stale_temps
+from .plan import ShardTask
+from .repair_diagnosis import describe_difference
 from .session import ConversionSession
+from .sink import SinkContext, WrittenShard, write_shard_file
 from .table_writer import write_sample_table
 
 
@@ -32,32 +38,33 @@ def finished_dataset(dst: str, fingerprint: str, run: RunOptions) -> Optional[Ma
     return manifest
 
 
-def repair(manifest: Manifest, dst: str, plan: ConversionPlan, source: Source,
-           run: RunOptions) -> Tuple[int, List[str]]:
+def repair_shards(manifest: Manifest, dst: str, plan: ConversionPlan, source: Source,
+                  run: RunOptions) -> Tuple[int, List[str]]:
     """Write again each shard of manifest whose file is missing or differs from its record, and
     the sample table if it does or a shard was written: (shards written, one line per file written
-    again). The
-    lock is held throughout; a file written again that still differs (SRC changed in place since
-    the conversion) is a ConversionError naming it."""
+    again). The lock is held throughout. Every shard is first written to a temporary name and its
+    sha256 compared with the manifest's; only when all match are they renamed into place, so a SRC
+    that no longer holds the same inputs is refused (ConversionError naming what differs) with DST
+    untouched, and a killed repair leaves each shard as it was or repaired."""
     with ConversionSession(dst, run, complete=True) as session:
+        remove_stale_temps(dst)                 # what a killed repair staged
         notes: List[str] = []
         tasks = []
         for number, entry in enumerate(manifest.shards):
             problem = _problem(dst, entry.path, entry.size, entry.sha256)
             if problem:
-                task = plan.task_of(entry.path)
-                if task is None or task.shard != number:
-                    raise ManifestError(f"shard {number} ({entry.path}) is not one the plan writes", path=dst)
-                tasks.append(task)
+                tasks.append(_planned_task(plan, number, entry.path, dst))
                 notes.append(f"{entry.path} {problem}; written again")
-        if tasks:
-            ctx = plan.sink_context(dst, source, run)
-            for result in write_shards(ctx, tasks, run, already_skipped=0, latch=session.latch):
-                entry = manifest.shards[result.shard]
-                if (result.path, result.size, result.sha256) != (entry.path, entry.size, entry.sha256):
-                    raise ConversionError("written again from SRC, it differs from the manifest's record "
-                                          "(SRC changed since it was converted); convert again with --overwrite",
-                                          path=str(Path(dst) / entry.path))
+        staged = _stage(plan.sink_context(dst, source, run), tasks, run, session.latch)
+        try:
+            _check_staged(manifest, dst, plan, staged)
+        except BaseException:
+            for written in staged:
+                written.tmp.unlink(missing_ok=True)
+            raise
+        for written in staged:
+            kill_point("repair-replace", written.result.path)     # tests only: killed between two renames
+            durable_replace(written.tmp, written.final)
         table = manifest.sample_table
         problem = _problem(dst, table["path"], table["size"], table["sha256"]) if table is not None else ""
         if tasks or problem:
@@ -71,6 +78,48 @@ def repair(manifest: Manifest, dst: str, plan: ConversionPlan, source: Source,
     return len(tasks), notes
 
 
+def _planned_task(plan: ConversionPlan, number: int, path: str, dst: str) -> ShardTask:
+    task = plan.task_of(path)
+    if task is None or task.shard != number:
+        raise ConversionError(f"SRC plans {len(plan.ranges)} shards, not shard {number} ({path}) as the dataset "
+                              "was converted: SRC no longer holds the same inputs; nothing was changed", path=dst)
+    return task
+
+
+def _stage(ctx: SinkContext, tasks: List[ShardTask], run: RunOptions, latch: SigintLatch) -> List[WrittenShard]:
+    """Each task's shard written to its temporary name, fsynced, with its size and sha256."""
+    staged: List[WrittenShard] = []
+    total = sum(task.stop - task.start for task in tasks)
+    try:
+        with Progress(total, "repair", quiet=run.quiet) as bar, latch.deferred():
+            def advance(items: int, nbytes: int) -> None:
+                latch.check()
+                bar.advance(items, nbytes)
+
+            for task in tasks:
+                written = write_shard_file(ctx, task, progress=advance)
+                staged.append(written)
+                fsync_path(written.tmp)
+                written.result.sha256 = hash_file(written.tmp)
+                latch.check()
+    except BaseException:
+        for written in staged:
+            written.tmp.unlink(missing_ok=True)
+        raise
+    return staged
+
+
+def _check_staged(manifest: Manifest, dst: str, plan: ConversionPlan, staged: List[WrittenShard]) -> None:
+    """ConversionError naming the first staged shard that is not the manifest's, and why."""
+    for written in staged:
+        result = written.result
+        entry = manifest.shards[result.shard]
+        if (result.path, result.size, result.sha256) != (entry.path, entry.size, entry.sha256):
+            why = describe_difference(plan.fmt, manifest, dst, result.shard, written.tmp)
+            raise ConversionError(f"shard {result.shard} ({entry.path}) cannot be rebuilt from SRC as converted: "
+                                  f"{why}; nothing was changed", path=dst)
+
+
 def _problem(dst: str, path: str, size: int, sha256: Any) -> str:
     """What is wrong with the file at DST/path against its record ("" if nothing)."""
     if not (Path(dst) / path).exists():
@@ -82,4 +131,4 @@ def _problem(dst: str, path: str, size: int, sha256: Any) -> str:
     return "" if digest == sha256 else "did not match its recorded sha256"
 
 
-__all__ = ["finished_dataset", "repair"]
+__all__ = ["finished_dataset", "repair_shards"]

@@ -58,6 +58,8 @@ class ConversionSession:
                 self._clean_up(exc)
         finally:
             self.latch.__exit__(None, None, None)
+            if self._complete and exc is not None:
+                self.journal.remove()           # a finished dataset has no journal: leave none behind
             self.journal.unlock()
 
     def _clean_up(self, exc: BaseException) -> None:

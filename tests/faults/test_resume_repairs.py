@@ -1,8 +1,9 @@
 """`--resume` on a finished dataset reuses nothing unchecked: each shard and the sample table are
 compared with the manifest (size and sha256), and a shard deleted, bit-flipped or replaced by
 another is written again, so the dataset ends byte for byte as the conversion wrote it and
-`verify` accepts it. Mutations caught here: resume reporting every shard of a finished dataset
-as reused without looking (the old behaviour); checking only the size (a bit flip passes)."""
+`verify` accepts it; one that comes out different is refused with DST untouched. Mutations caught
+here: resume reporting every shard of a finished dataset as reused without looking (the old
+behaviour); checking only the size (a bit flip passes)."""
 from __future__ import annotations
 
 import os
@@ -79,5 +80,8 @@ def test_a_shard_that_comes_out_different_is_an_error(reference: tuple, fmt: str
     victim.write_bytes(bytes(data))
     os.utime(victim, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     shard_paths(dst)[0].unlink()
-    with pytest.raises(ConversionError, match=r"shard-00000\.h5: written again from SRC, it differs from the manifest"):
+    before = tree_bytes(dst)
+    with pytest.raises(ConversionError, match=r"shard 0 \(shards/shard-00000\.h5\) cannot be rebuilt from SRC"
+                                              r".*nothing was changed"):
         shardkit.convert(src, dst, format=fmt, samples_per_shard=SHARD, workers=1, order="source", resume=True)
+    assert tree_bytes(dst) == before            # refused before anything was replaced
