@@ -159,6 +159,8 @@ class RunOptions(OptionGroup):
     resume: bool = option("--resume", False, help="Continue an interrupted conversion into DST, or repair a "
                                                   "finished one (shards missing or damaged are written again).")
     overwrite: bool = option("--overwrite", False, help="Replace the dataset already in DST.")
+    append: bool = option("--append", False, help="Add SRC's inputs to the dataset in DST as new shards "
+                                                  "(its options are the dataset's).")
     #: the Python API is silent; the CLI passes --quiet or not
     quiet: bool = option("--quiet", True, help="No progress bars, and no banners from Ray.", short="-q")
     in_flight: int = option("--in-flight", 16, help="SRC at a URL: objects or archive members fetched at once by "
@@ -179,6 +181,9 @@ class RunOptions(OptionGroup):
             raise UsageError("--resume and --overwrite contradict each other")
         if self.in_flight < 1:
             raise UsageError("--in-flight must be at least 1")
+        if self.append and (self.resume or self.overwrite):
+            raise UsageError("--append finishes an interrupted append by itself; it takes neither --resume "
+                             "nor --overwrite")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,9 @@ from .integrity import open_shard_file, private_copy
 ShardTables = Optional[Tuple[np.ndarray, np.ndarray]]
 
 TABLE_NAME = "sample_table.bin"
+#: Every name a sample table may have: TABLE_NAME, or after an append sample_table-<samples>.bin (a new
+#: name, so that a reader of the manifest before the append never pairs it with the new table).
+TABLE_NAMES = re.compile(r"sample_table(-[1-9][0-9]*)?\.bin\Z")
 #: One row per sample, packed: its label and the CRC32 of its stored payload, little-endian.
 ROW_DTYPE = np.dtype([("label", "<i8"), ("crc32", "<u4")])
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
@@ -37,8 +40,9 @@ def check_entry(entry: Any, num_samples: int, where: str) -> Dict[str, Any]:
     and a sha256; ManifestError otherwise."""
     if not isinstance(entry, dict) or set(entry) != {"path", "size", "sha256"}:
         raise ManifestError("sample_table must be an object of path, size and sha256", path=where)
-    if entry["path"] != TABLE_NAME:
-        raise ManifestError(f"sample_table path must be {TABLE_NAME!r}, not {entry['path']!r}", path=where)
+    if entry["path"] not in (TABLE_NAME, table_name(num_samples)):
+        raise ManifestError(f"sample_table path must be {TABLE_NAME!r} or {table_name(num_samples)!r}, "
+                            f"not {entry['path']!r}", path=where)
     if entry["size"] != num_samples * ROW_DTYPE.itemsize or type(entry["size"]) is not int:
         raise ManifestError(f"sample_table size {entry['size']!r} is not {ROW_DTYPE.itemsize} bytes for each "
                             f"of the {num_samples} samples", path=where)
@@ -47,11 +51,16 @@ def check_entry(entry: Any, num_samples: int, where: str) -> Dict[str, Any]:
     return dict(entry)
 
 
-def open_table_file(root: str, entry: Dict[str, Any], name: str = TABLE_NAME) -> int:
+def table_name(num_samples: int) -> str:
+    """The name of the sample table an append of a dataset to num_samples samples writes."""
+    return f"sample_table-{num_samples}.bin"
+
+
+def open_table_file(root: str, entry: Dict[str, Any], name: Optional[str] = None) -> int:
     """A read-only descriptor of the table, a regular file of the recorded size inside root
-    (named name there: a remote dataset's cache names it by its content); CorruptShardError naming
-    it otherwise."""
-    return open_shard_file(os.path.join(root, name), root, entry["size"], "the sample table")
+    (named name there, by default the manifest's path: a remote dataset's cache names it by its
+    content); CorruptShardError naming it otherwise."""
+    return open_shard_file(os.path.join(root, name or entry["path"]), root, entry["size"], "the sample table")
 
 
 class SampleTable:
@@ -60,12 +69,12 @@ class SampleTable:
     copy whose sha256 matched the manifest's (integrity.private_copy), so later changes to the file
     are never read."""
 
-    def __init__(self, root: str, entry: Dict[str, Any], hashed: bool = False, name: str = TABLE_NAME) -> None:
-        self.path = os.path.join(root, name)
+    def __init__(self, root: str, entry: Dict[str, Any], hashed: bool = False, name: Optional[str] = None) -> None:
+        self.path = os.path.join(root, name or entry["path"])
         fd = open_table_file(root, entry, name)
         try:
             if hashed:
-                copy = private_copy(fd, self.path, entry["size"], entry["sha256"], TABLE_NAME)
+                copy = private_copy(fd, self.path, entry["size"], entry["sha256"], entry["path"])
                 os.close(fd)
                 fd = copy
             self._map = mmap.mmap(fd, entry["size"], access=mmap.ACCESS_READ) if entry["size"] else None
@@ -117,17 +126,17 @@ class TableRows:
             self._fd = -1
 
 
-def read_labels(root: str, entry: Dict[str, Any], name: str = TABLE_NAME) -> np.ndarray:
+def read_labels(root: str, entry: Dict[str, Any], name: Optional[str] = None) -> np.ndarray:
     """Every label, in index order, from the table (root/name), once its sha256 matches the
     manifest's (the whole file is read and hashed, a block at a time): all labels without opening
     a shard; CorruptShardError naming the table when it does not match."""
     return read_rows(root, entry, "label", name)
 
 
-def read_rows(root: str, entry: Dict[str, Any], field: str, name: str = TABLE_NAME) -> np.ndarray:
+def read_rows(root: str, entry: Dict[str, Any], field: str, name: Optional[str] = None) -> np.ndarray:
     """One field of every row ("label" int64 or "crc32" uint32), in index order, as read_labels
     reads the labels: only once the whole table's sha256 matches the manifest's."""
-    path = os.path.join(root, name)
+    path = os.path.join(root, name or entry["path"])
     fd = open_table_file(root, entry, name)      # first: the file really has the size the manifest claims
     rows = entry["size"] // ROW_DTYPE.itemsize
     values = np.empty(rows, dtype=ROW_DTYPE[field])

@@ -15,7 +15,7 @@ from ..integrity import hash_open_file
 from ..runtime.isolation import ChildKilled, IsolatedCalls, run_isolated
 from ..manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, load_manifest
 from ..runtime.progress import Progress
-from ..sample_table import TABLE_NAME, open_table_file
+from ..sample_table import open_table_file
 from ..runtime.workers import default_workers, exit_if_importing_main, run_in_workers
 from .shard_checks import Problem, check_shard, open_table_rows
 
@@ -223,11 +223,11 @@ def _sample_table_problems(dst: str, manifest: Manifest, mode: str) -> List[Prob
     except CorruptShardError as exc:
         return [Problem("table", str(exc))]
     try:
-        if mode != "quick" and hash_open_file(fd, TABLE_NAME, entry["size"]) != entry["sha256"]:
-            return [Problem("table", f"{Path(dst) / TABLE_NAME}: sha256 does not match the manifest "
+        if mode != "quick" and hash_open_file(fd, entry["path"], entry["size"]) != entry["sha256"]:
+            return [Problem("table", f"{Path(dst) / entry['path']}: sha256 does not match the manifest "
                                      "(the file's bytes changed)")]
     except (OSError, ValueError) as exc:
-        return [Problem("table", f"{Path(dst) / TABLE_NAME}: cannot be hashed ({exc})")]
+        return [Problem("table", f"{Path(dst) / entry['path']}: cannot be hashed ({exc})")]
     finally:
         os.close(fd)
     return []

@@ -37,7 +37,7 @@ from ..formats.mapping import map_region
 from ..formats.base import ShardReader
 from ..manifest import SHARDS_DIR
 from ..runtime.forks import FORK_COUNT, watch
-from ..sample_table import TABLE_NAME, SampleTable
+from ..sample_table import SampleTable
 from .budget import OPEN_IN_PROCESS, arena_map_limit, process_budget
 from .row_arena import RowArena
 from .watch import EVERYTHING, FileWatch
@@ -124,7 +124,7 @@ class ShardCache:
         if not changed:
             return
         with self:
-            if EVERYTHING in changed or TABLE_NAME in changed:
+            if EVERYTHING in changed or (self._shards.manifest.sample_table or {}).get("path") in changed:
                 self._close_all()
                 return
             for shard in range(self._count):

@@ -163,5 +163,15 @@ class Source(abc.ABC):
         """Items rejected while scanning (broken links, ...), reported in skipped.jsonl."""
         return []
 
+    def item_keys(self) -> Optional[List[str]]:
+        """The key of each item before it is encoded, for `convert --append` (None: this kind of
+        source cannot be appended to a dataset)."""
+        return None
+
+    def restrict(self, items: np.ndarray, classes: List[str]) -> None:
+        """Keep only these items (an append's new inputs), labelled by their class's number in
+        classes (the dataset's classes, then SRC's new ones); only sources with item_keys()."""
+        raise NotImplementedError
+
     def close(self) -> None:
         """Release what the scan left for the conversion (temporary files); the source is done."""

@@ -6,7 +6,7 @@ import hashlib
 import os
 import zlib
 from stat import S_ISLNK, S_ISREG
-from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Set, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 import numpy as np
 
@@ -87,6 +87,18 @@ class ImageTreeSource(Source):
 
     def fingerprint(self) -> str:
         return tree_fingerprint(self, self.paths, self.labels, self._stats[:, 0], self._stats[:, 1])
+
+    def item_keys(self) -> Optional[List[str]]:
+        return list(self.paths)
+
+    def restrict(self, items: np.ndarray, classes: List[str]) -> None:
+        number = {name: index for index, name in enumerate(classes)}
+        renumber = np.array([number[name] for name in self.classes] + [-1], dtype=np.int64)  # -1 stays -1
+        items = np.asarray(items, dtype=np.int64)
+        self.paths = [self.paths[item] for item in items.tolist()]
+        self.labels = renumber[self.labels[items]]
+        self._stats = self._stats[items]
+        self.classes = list(classes)
 
     def encode_range(self, start: int, stop: int) -> Iterator[Outcome]:
         return self.encode_items(np.arange(start, stop, dtype=np.int64))

@@ -14,6 +14,7 @@ from ..runtime.workers import exit_if_importing_main
 from ..remote.location import is_url, redact_url
 from ..sources import Skipped, Source, open_source
 from .conversion_plan import ConversionPlan, plan_conversion
+from .append import append_inputs
 from .journal import Journal
 from .recorded_options import record_options
 from .repair import finished_dataset, repair_shards
@@ -90,6 +91,7 @@ def convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", *,
             max_errors: Optional[int] = None,
             resume: bool = False,
             overwrite: bool = False,
+            append: bool = False,
             quiet: bool = True,
             in_flight: Optional[int] = None,
             storage_options: Optional[Dict[str, Any]] = None) -> ConvertReport:
@@ -115,6 +117,8 @@ def _convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", given
     src, dst = os.fspath(src), os.fspath(dst)
     refuse_nested(src, dst, source_options.get("labels"))
     Journal(dst).check_unlocked()
+    if run.append:
+        return append_inputs(src, dst, given, run, started)
     source = open_source(src, source_options, run)
     try:
         source.choose(options)

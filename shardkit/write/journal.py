@@ -19,9 +19,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..errors import DestinationExistsError, LockedError, UsageError
 from ..integrity import PathLike, atomic_write_json, json_bytes, replace_bytes
 from ..manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME
-from ..sample_table import TABLE_NAME
+from ..sample_table import TABLE_NAME, TABLE_NAMES
 
 JOURNAL_DIR = ".shardkit"
+#: Inside the journal folder: where `convert --append` writes its shards before publishing them.
+APPEND_DIR = "append"
 
 #: The journals of this process that hold their DST's lock.
 _LOCK_HOLDERS: "weakref.WeakSet[Journal]" = weakref.WeakSet()
@@ -139,7 +141,7 @@ _OWN_FOLDERS: Tuple[Tuple[str, Any], ...] = (
     ("", {**dict.fromkeys((MANIFEST_NAME, SKIPPED_NAME, TABLE_NAME), "file"),
           SHARDS_DIR: "folder", JOURNAL_DIR: "folder"}),
     (SHARDS_DIR, re.compile(r"^shard-\d{5,}\.[a-z0-9]+$")),
-    (JOURNAL_DIR, {"lock": "file", "plan.json": "file", "done": "folder"}),
+    (JOURNAL_DIR, {"lock": "file", "plan.json": "file", "done": "folder", APPEND_DIR: "folder"}),
     (f"{JOURNAL_DIR}/done", re.compile(r"^shard-\d{5,}\.json$")),
 )
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -219,6 +221,8 @@ def foreign_entries(dst: PathLike) -> List[str]:
             if _TEMP_NAME.match(entry.name) and not entry.is_dir(follow_symlinks=False):
                 continue
             wanted = own.get(entry.name) if isinstance(own, dict) else ("file" if own.match(entry.name) else None)
+            if not rel and TABLE_NAMES.match(entry.name):
+                wanted = "file"         # a sample table written by an append
             if wanted is None or (entry.is_dir(follow_symlinks=False) != (wanted == "folder")):
                 foreign.append(name)
     return sorted(foreign)

@@ -38,6 +38,19 @@ def finished_dataset(dst: str, fingerprint: str, run: RunOptions) -> Optional[Ma
     return manifest
 
 
+def finished_for(dst: str, action: str) -> Manifest:
+    """DST's manifest, when DST holds a finished dataset that no conversion is writing or left
+    unfinished (UsageError naming the action otherwise)."""
+    journal = Journal(dst)
+    journal.check_unlocked()
+    refuse_links(dst)
+    manifest = load_manifest(dst)
+    if journal.exists():
+        raise UsageError(f"holds an unfinished conversion; finish it with `shardkit convert ... --resume` "
+                         f"before {action}", path=dst)
+    return manifest
+
+
 def repair_shards(manifest: Manifest, dst: str, plan: ConversionPlan, source: Source,
                   run: RunOptions) -> Tuple[int, List[str]]:
     """Write again each shard of manifest whose file is missing or differs from its record, and
@@ -53,7 +66,7 @@ def repair_shards(manifest: Manifest, dst: str, plan: ConversionPlan, source: So
         for number, entry in enumerate(manifest.shards):
             problem = _problem(dst, entry.path, entry.size, entry.sha256)
             if problem:
-                tasks.append(_planned_task(plan, number, entry.path, dst))
+                tasks.append(_planned_task(plan, manifest, number, entry.path, dst))
                 notes.append(f"{entry.path} {problem}; written again")
         staged = _stage(plan.sink_context(dst, source, run), tasks, run, session.latch)
         try:
@@ -78,7 +91,12 @@ def repair_shards(manifest: Manifest, dst: str, plan: ConversionPlan, source: So
     return len(tasks), notes
 
 
-def _planned_task(plan: ConversionPlan, number: int, path: str, dst: str) -> ShardTask:
+def _planned_task(plan: ConversionPlan, manifest: Manifest, number: int, path: str, dst: str) -> ShardTask:
+    for append in manifest.source.get("appended", []):
+        if append["first_shard"] <= number < append["first_shard"] + append["shards"]:
+            raise UsageError(f"shard {number} ({path}) was appended from {append['path']}; repair rebuilds the "
+                             "shards of the first conversion only: append that SRC to a fresh copy of the "
+                             "dataset, or convert again", path=dst)
     task = plan.task_of(path)
     if task is None or task.shard != number:
         raise ConversionError(f"SRC plans {len(plan.ranges)} shards, not shard {number} ({path}) as the dataset "
@@ -131,4 +149,4 @@ def _problem(dst: str, path: str, size: int, sha256: Any) -> str:
     return "" if digest == sha256 else "did not match its recorded sha256"
 
 
-__all__ = ["finished_dataset", "repair_shards"]
+__all__ = ["finished_dataset", "finished_for", "repair_shards"]

@@ -9,16 +9,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from ..errors import UsageError
-from ..manifest import Manifest, load_manifest
 from ..options import split_convert_options
 from ..runtime.workers import exit_if_importing_main
 from ..sources import open_source
 from .conversion import refuse_nested
 from .conversion_plan import plan_conversion
-from .journal import Journal, refuse_links
 from .recorded_options import replay_options
-from .repair import repair_shards
+from .repair import finished_for, repair_shards
 
 
 @dataclass
@@ -46,7 +43,7 @@ def repair(dst: "str | os.PathLike[str]", src: "str | os.PathLike[str]", *, work
     exit_if_importing_main()
     started = time.monotonic()
     dst, src = os.fspath(dst), os.fspath(src)
-    manifest = _finished(dst)
+    manifest = finished_for(dst, "repairing")
     keywords = replay_options(manifest, dst)
     refuse_nested(src, dst, keywords.get("labels"))
     options, run, source_options = split_convert_options({**keywords, "workers": workers, "quiet": quiet})
@@ -61,18 +58,6 @@ def repair(dst: "str | os.PathLike[str]", src: "str | os.PathLike[str]", *, work
         source.close()
     return RepairReport(dst=dst, src=src, num_shards=len(manifest.shards), shards_written=written,
                         seconds=time.monotonic() - started, repaired=notes)
-
-
-def _finished(dst: str) -> Manifest:
-    """DST's manifest, when DST holds a finished dataset no conversion is writing or left unfinished."""
-    journal = Journal(dst)
-    journal.check_unlocked()
-    refuse_links(dst)
-    manifest = load_manifest(dst)
-    if journal.exists():
-        raise UsageError("holds an unfinished conversion; finish it with `shardkit convert ... --resume` "
-                         "before repairing", path=dst)
-    return manifest
 
 
 __all__ = ["RepairReport", "repair"]

@@ -15,12 +15,13 @@ from ..manifest import Manifest
 from ..sample_table import ROW_DTYPE, TABLE_NAME
 
 
-def write_sample_table(dst: str, manifest: "Manifest") -> Optional[Dict[str, Any]]:
-    """Write DST/sample_table.bin from the tables of the manifest's shards (each opened through
-    the checked path) and give its manifest entry; None, writing nothing and removing an older
-    table, when the dataset has no sample or a shard stores no such tables (LMDB records)."""
-
-    final = os.path.join(dst, TABLE_NAME)
+def write_sample_table(dst: str, manifest: "Manifest", name: Optional[str] = None) -> Optional[Dict[str, Any]]:
+    """Write DST/<name> (by default the manifest's table, else sample_table.bin) from the tables of
+    the manifest's shards (each opened through the checked path) and give its manifest entry; None,
+    writing nothing and removing an older table, when the dataset has no sample or a shard stores
+    no such tables (LMDB records)."""
+    name = name or (manifest.sample_table or {}).get("path", TABLE_NAME)
+    final = os.path.join(dst, name)
     manifest = dataclasses.replace(manifest, sample_table=None)     # the table being written is not checked against
     if manifest.num_samples:
         fmt = get_format(manifest.format_name)
@@ -47,7 +48,7 @@ def write_sample_table(dst: str, manifest: "Manifest") -> Optional[Dict[str, Any
                     os.fsync(handle.fileno())
                     size = handle.tell()
                     durable_replace(tmp, final)
-                    return {"path": TABLE_NAME, "size": size, "sha256": digest.hexdigest()}
+                    return {"path": name, "size": size, "sha256": digest.hexdigest()}
         finally:
             if os.path.lexists(tmp):
                 os.unlink(tmp)

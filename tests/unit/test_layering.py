@@ -22,7 +22,7 @@ LAYERS = {
     "sources": 2, "formats": 2,
     "write.sink": 3, "write.commit": 3, "write.conversion_plan": 3, "write.session": 3, "write.runner": 3,
     "write.parallel": 3, "write.ray_executor": 3, "write.table_writer": 3, "write.recorded_options": 2,
-    "write.repair_diagnosis": 3,
+    "write.repair_diagnosis": 3, "write.append_inputs": 3, "write.append": 4,
     "read.row_arena": 3, "read.watch": 3, "read.cache": 3,
     "ops.shard_checks": 3, "ops.key_table": 3,
     "write.conversion": 4, "write.repair": 4, "ops.verification": 4, "ops.info": 4, "ops.merging": 4,

@@ -1,0 +1,117 @@
+"""Which of NEW_SRC's inputs an append adds: those whose key the dataset does not hold yet. An input
+whose key is already in DST with the same stored bytes is skipped (and reported); one with other
+bytes is refused, since a key names one sample. Also the options check: an append takes the
+dataset's recorded options, and an option given that says otherwise is refused."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from ..errors import ConversionError, UsageError
+from ..formats import get_format
+from ..formats.checked import open_checked, recorded_options
+from ..manifest import Manifest
+from ..option_types import typed_value
+from ..options import RunOptions, option_specs
+from ..records import EncodedRows
+from ..sources import Skipped, Source
+from ..sources.base import ConvertedRun
+
+#: convert() keywords whose default is not None: given at that default, they were not given.
+_DEFAULTS = {"format": "hdf5", "no_labels": False}
+
+
+def check_options(given: Dict[str, Any], recorded: Dict[str, Any], dst: str) -> None:
+    """UsageError for an option given to an append that differs from what the dataset records."""
+    specs = {spec.name: spec for spec in option_specs()}
+    for name, value in sorted(given.items()):
+        if name in RunOptions.names() or value is None or _DEFAULTS.get(name, object()) == value:
+            continue
+        if name == "part":
+            raise UsageError("--part does not apply to --append", path=dst)
+        spec = specs[name]
+        wanted = typed_value(spec, value)
+        have = recorded.get(name)
+        if spec.kind == "path":
+            wanted = os.path.abspath(wanted)
+        if have is None or typed_value(spec, have) != wanted:
+            was = "without it" if have is None else f"with {spec.flag.spelling} {have}"
+            raise UsageError(f"{spec.flag.spelling} {value} conflicts with the dataset (converted {was}); "
+                             "--append takes the dataset's own options", path=dst)
+
+
+@dataclass
+class ExistingSample:
+    shard: int
+    local: int
+    index: int
+
+
+def dataset_keys(manifest: Manifest, dst: str) -> Dict[str, ExistingSample]:
+    """Every key of the dataset, with where its sample is."""
+    fmt = get_format(manifest.format_name)
+    options = recorded_options(fmt, manifest, dst)
+    found: Dict[str, ExistingSample] = {}
+    for shard, entry in enumerate(manifest.shards):
+        reader = open_checked(fmt, manifest, dst, shard, options)
+        try:
+            for local in range(len(reader)):
+                found[str(reader.key(local))] = ExistingSample(shard, local, entry.first_index + local)
+        finally:
+            reader.close()
+    return found
+
+
+def new_items(source: Source, manifest: Manifest, dst: str, src: str) -> Tuple[np.ndarray, List[str]]:
+    """(items of source to append, keys skipped as already in DST); ConversionError naming the
+    first input whose key DST holds with other content."""
+    keys = source.item_keys()
+    if keys is None:
+        raise UsageError(f"--append takes image trees; a {source.kind} source cannot be appended to a dataset "
+                         "(convert all of its inputs again instead)", path=src)
+    existing = dataset_keys(manifest, dst)
+    candidates = np.array([item for item, key in enumerate(keys) if key in existing], dtype=np.int64)
+    duplicates: List[str] = []
+    if len(candidates):
+        fmt = get_format(manifest.format_name)
+        options = recorded_options(fmt, manifest, dst)
+        for item, (key, payload) in zip(candidates.tolist(), _payloads(source, candidates)):
+            where = existing[key]
+            reader = open_checked(fmt, manifest, dst, where.shard, options)
+            try:
+                same = payload is not None and _bytes(reader.read(where.local).payload) == payload
+            finally:
+                reader.close()
+            if not same:
+                raise ConversionError(f"{key!r} is already in DST (sample {where.index}) with other content; "
+                                      "an append adds new inputs only (give it another name, or convert again)",
+                                      path=src)
+            duplicates.append(key)
+    keep = np.setdiff1d(np.arange(len(keys), dtype=np.int64), candidates)
+    return keep, duplicates
+
+
+def _payloads(source: Source, items: np.ndarray) -> List[Tuple[str, Any]]:
+    """(key, stored bytes or None where the input does not convert) of each item, in order."""
+    keys = source.item_keys() or []
+    found: List[Tuple[str, Any]] = []
+    for outcome in source.encode_items(items):
+        if isinstance(outcome, Skipped):
+            found.append((keys[int(items[len(found)])], None))
+        elif isinstance(outcome, ConvertedRun):
+            samples = outcome.samples
+            rows = samples if not isinstance(samples, EncodedRows) else list(samples)
+            found.extend((str(sample.key), _bytes(sample.payload)) for sample in rows)
+        else:
+            found.append((str(outcome.sample.key), _bytes(outcome.sample.payload)))
+    return found
+
+
+def _bytes(payload: Any) -> bytes:
+    return payload.tobytes() if isinstance(payload, np.ndarray) else bytes(payload)
+
+
+__all__ = ["check_options", "dataset_keys", "new_items"]
