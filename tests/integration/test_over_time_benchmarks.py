@@ -1,4 +1,4 @@
-"""benchmarks/mixing.py and benchmarks/duplicates.py still run, at a tiny size (nothing is timed
+"""benchmarks/mixing.py, duplicates.py and append.py still run, at a tiny size (nothing is timed
 here: the test checks what they count)."""
 from __future__ import annotations
 
@@ -35,3 +35,9 @@ def test_duplicates_benchmark_finds_the_copies(tmp_path: Path) -> None:
     assert 0 < found["duplicates"] <= 30                                  # 1% of the rows copy another
     assert found["duplicates, spilled (memory_rows=2**16)"] == found["duplicates"]
     assert found["worst case: DST and its copy"] == 3000 + found["duplicates"]
+
+
+def test_append_benchmark_ends_with_the_same_samples(tmp_path: Path) -> None:
+    out = _run("append.py", "--images", "60", "--repeat", "1", "--workers", "1", "--work", str(tmp_path))
+    rows = re.findall(r"^\| 1 \| (full reconversion|append) \| (\d+) \|", out, re.M)
+    assert rows == [("full reconversion", "66"), ("append", "66")]
