@@ -78,18 +78,20 @@ def new_items(source: Source, manifest: Manifest, dst: str, src: str) -> Tuple[n
     if len(candidates):
         fmt = get_format(manifest.format_name)
         options = recorded_options(fmt, manifest, dst)
-        for item, (key, payload) in zip(candidates.tolist(), _payloads(source, candidates)):
-            where = existing[key]
-            reader = open_checked(fmt, manifest, dst, where.shard, options)
-            try:
-                same = payload is not None and _bytes(reader.read(where.local).payload) == payload
-            finally:
+        readers: Dict[int, Any] = {}
+        try:
+            for key, payload in _payloads(source, candidates):
+                where = existing[key]
+                if where.shard not in readers:      # one open per shard, however many of its inputs come again
+                    readers[where.shard] = open_checked(fmt, manifest, dst, where.shard, options)
+                if payload is None or _bytes(readers[where.shard].read(where.local).payload) != payload:
+                    raise ConversionError(f"{key!r} is already in DST (sample {where.index}) with other content; "
+                                          "an append adds new inputs only (give it another name, or convert "
+                                          "again)", path=src)
+                duplicates.append(key)
+        finally:
+            for reader in readers.values():
                 reader.close()
-            if not same:
-                raise ConversionError(f"{key!r} is already in DST (sample {where.index}) with other content; "
-                                      "an append adds new inputs only (give it another name, or convert again)",
-                                      path=src)
-            duplicates.append(key)
     keep = np.setdiff1d(np.arange(len(keys), dtype=np.int64), candidates)
     return keep, duplicates
 
