@@ -4,7 +4,6 @@ bytes is refused, since a key names one sample. Also the options check: an appen
 dataset's recorded options, and an option given that says otherwise is refused."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
@@ -19,6 +18,7 @@ from ..options import RunOptions, option_specs
 from ..records import EncodedRows
 from ..sources import Skipped, Source
 from ..sources.base import ConvertedRun
+from .recorded_options import absolute
 
 #: convert() keywords whose default is not None: given at that default, they were not given.
 _DEFAULTS = {"format": "hdf5", "no_labels": False}
@@ -36,7 +36,7 @@ def check_options(given: Dict[str, Any], recorded: Dict[str, Any], dst: str) -> 
         wanted = typed_value(spec, value)
         have = recorded.get(name)
         if spec.kind == "path":
-            wanted = os.path.abspath(wanted)
+            wanted = absolute(wanted)
         if have is None or typed_value(spec, have) != wanted:
             was = "without it" if have is None else f"with {spec.flag.spelling} {have}"
             raise UsageError(f"{spec.flag.spelling} {value} conflicts with the dataset (converted {was}); "

@@ -26,9 +26,14 @@ def record_options(plan: PlanOptions, source_options: Dict[str, Any]) -> Dict[st
         if value is None:
             continue
         if kinds.get(name) == "path":
-            value = os.path.abspath(os.fspath(value))
+            value = absolute(os.fspath(value))
         recorded[name] = list(value) if isinstance(value, tuple) else value
     return recorded
+
+
+def absolute(path: str) -> str:
+    """A local path made absolute; a URL (scheme://...) as it is."""
+    return path if "://" in path else os.path.abspath(path)
 
 
 def replay_options(manifest: Manifest, where: str) -> Dict[str, Any]:
@@ -45,4 +50,4 @@ def replay_options(manifest: Manifest, where: str) -> Dict[str, Any]:
     return keywords
 
 
-__all__ = ["record_options", "replay_options"]
+__all__ = ["absolute", "record_options", "replay_options"]
