@@ -7,7 +7,7 @@ byte-identical to an uninterrupted append.
 Mutations caught here: the new sample table written under the old name (the reader that opened the
 old manifest fails); shards stamped with the append plan's own identity (verify and readers refuse
 them); new classes sorted in among the old ones (old labels change); a duplicate's content not
-compared (the changed input is appended); the manifest written before the shards are moved in."""
+compared (the changed input is appended)."""
 from __future__ import annotations
 
 import json

@@ -6,8 +6,7 @@ was or repaired, and a second repair finishes it.
 
 Mutations caught here: renaming each rebuilt shard into place before comparing it with the manifest
 (the refusal test finds DST changed); the plan stamping SRC's own identity instead of the dataset's
-(a copy of SRC has other mtimes, so the rebuilt shard differs and the repair is refused); dropping
-the recorded options (the repair cannot rebuild the plan); naming no key in the refusal."""
+(a copy of SRC has other mtimes, so the rebuilt shard differs and the repair is refused)."""
 from __future__ import annotations
 
 import json
