@@ -309,6 +309,8 @@ class HDF5Reader(TableShardReader):
             begin = self._shift[chunk] + index * self._row_bytes
             return self._flat[begin:begin + self._row_bytes].view(self._dtype).reshape(self._schema.shape)
         begin, end = self._offsets[index:index + 2].tolist()
+        if begin == end:            # an empty payload (a field's absent value) may lie past the last chunk
+            return self._flat[:0]
         first = begin // self._chunk_bytes
         if self._run[first] == self._run[max(begin, end - 1) // self._chunk_bytes]:
             shift = self._shift[first]          # one run of back-to-back chunks: a view
@@ -324,8 +326,12 @@ class HDF5Reader(TableShardReader):
             bad = wanted[(wanted < 0) | (wanted >= self._count)][0]
             raise IndexError(f"sample {bad} out of range for shard of {self._count}")
         begins, ends = self._offsets[wanted], self._offsets[wanted + 1]
-        first = begins // self._chunk_bytes
-        last = np.maximum(begins, ends - 1) // self._chunk_bytes
+        if not len(self._run):      # no chunk: every payload is empty
+            return [Encoded(self._flat[:0], label, crc) for label, crc in
+                    zip(self._labels[wanted].tolist(), self._crcs[wanted].tolist())]
+        # an empty payload may lie past the last chunk: it is read as an empty slice of that one
+        first = np.minimum(begins // self._chunk_bytes, len(self._run) - 1)
+        last = np.minimum(np.maximum(begins, ends - 1) // self._chunk_bytes, len(self._run) - 1)
         runs = np.asarray(self._run)
         shifts = np.asarray(self._shift, dtype=np.int64)[first]
         whole = (runs[first] == runs[last]).tolist()

@@ -37,7 +37,7 @@ from ..formats.mapping import map_region
 from ..formats.base import ShardReader
 from ..manifest import SHARDS_DIR
 from ..runtime.forks import FORK_COUNT, watch
-from ..sample_table import SampleTable
+from ..sample_table import TABLE_NAME, SampleTable
 from .budget import OPEN_IN_PROCESS, arena_map_limit, process_budget
 from .row_arena import RowArena
 from .watch import EVERYTHING, FileWatch
