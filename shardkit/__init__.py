@@ -27,10 +27,15 @@ if TYPE_CHECKING:      # type checkers see the real objects; at run time they lo
     from .read.sampler import ShardAwareSampler  # noqa: F401
     from .write.repair_run import RepairReport, repair  # noqa: F401
     from .ops.verification import VerifyReport, verify  # noqa: F401
+    from .read.fields_dataset import FieldsDataset  # noqa: F401
+    from .schema import FieldSpec  # noqa: F401
+    from .write.writer import Writer  # noqa: F401
 
 _LAZY = {
     "ConvertReport": "shardkit.write.conversion",
     "DuplicatesReport": "shardkit.ops.duplicates",
+    "FieldSpec": "shardkit.schema",
+    "FieldsDataset": "shardkit.read.fields_dataset",
     "HDF5Dataset": "shardkit.read.dataset",
     "LMDBDataset": "shardkit.read.dataset",
     "MixedDataset": "shardkit.read.mixing",
@@ -55,7 +60,20 @@ _LAZY = {
     "train_val_split": "shardkit.read.splits",
     "verify": "shardkit.ops.verification",
     "worker_init_fn": "shardkit.read.cache",
+    "Writer": "shardkit.write.writer",
 }
+
+
+# The subpackage shardkit.write (docstring only) is imported first, so that its import can never
+# replace the function shardkit.write below, which shares its name.
+from . import write as _write_path  # noqa: E402,F401
+
+
+def write(samples: Any, dst: Any, fields: Any = None, **options: Any) -> Any:  # noqa: F811
+    """Write an iterable of samples (dicts of named fields) as a dataset at DST; the ConvertReport.
+    The options are Writer's (docs/fields.md); this is shardkit.write.writer.write."""
+    from .write.writer import write as write_samples
+    return write_samples(samples, dst, fields, **options)
 
 
 def __getattr__(name: str) -> Any:
@@ -72,11 +90,11 @@ def __dir__() -> list:
 
 __all__ = sorted([
     "ConversionError", "ConvertReport", "CorruptSampleError", "CorruptShardError", "DestinationExistsError",
-    "DuplicatesReport",
-    "EmptySourceError", "ForeignShardError", "HDF5Dataset", "LMDBDataset", "LockedError", "ManifestError",
-    "MixedDataset", "NotADatasetError", "OutOfFilesError", "PTDataset", "PullReport", "PushReport", "RawBatch",
-    "RemoteError", "RepairReport", "SampleError", "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError",
-    "SourceError", "UnguardedMainError", "UsageError", "VerifyReport", "__version__", "collate_raw", "convert",
-    "duplicates", "merge", "open_dataset", "pull", "push", "random_split", "repair", "train_val_split", "verify",
-    "worker_init_fn",
+    "DuplicatesReport", "EmptySourceError", "FieldSpec", "FieldsDataset", "ForeignShardError", "HDF5Dataset",
+    "LMDBDataset", "LockedError", "ManifestError", "MixedDataset", "NotADatasetError", "OutOfFilesError",
+    "PTDataset", "PullReport", "PushReport", "RawBatch", "RemoteError", "RepairReport", "SampleError",
+    "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError", "SourceError", "UnguardedMainError",
+    "UsageError", "VerifyReport", "Writer", "__version__", "collate_raw", "convert", "duplicates", "merge",
+    "open_dataset", "pull", "push", "random_split", "repair", "train_val_split", "verify", "worker_init_fn",
+    "write",
 ])

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .errors import ForeignShardError, ManifestError, NotADatasetError
+from .errors import ForeignShardError, ManifestError, NotADatasetError, UsageError
+from .field_files import FieldFiles
 from .integrity import HASH_ALGORITHM, PathLike, atomic_write_json
 from .sample_table import check_entry
-from .schema import SampleSchema
+from .schema import FIELDS_KIND, SampleSchema
 from .shard_table import (MIN_SAMPLE_BYTES, SHARDS_DIR, ShardEntry, ShardTable, canonical_text, check_relative_path,
                           check_shard_count, plain_columns)
 
@@ -22,8 +23,11 @@ SKIPPED_NAME = "skipped.jsonl"
 #: source.summary keys that count what the written shards hold (summed over the parts by merge);
 #: every other key describes the whole scan of SRC and is the same in every part.
 RUN_SUMMARY_KEYS = ("converted", "skipped", "bytes", "detected", "samples_per_class")
-#: Version of the manifest layout itself (formats/manifest.schema.json).
-MANIFEST_VERSION = 1
+#: Newest version of the manifest layout itself that this shardkit reads (formats/manifest.schema.json).
+MANIFEST_VERSION = 2
+#: The layout of datasets of named fields (each field's files per shard, formats/fields.md); datasets
+#: of one payload per sample are written in layout 1, as they always were.
+FIELDS_MANIFEST_VERSION = 2
 #: Largest manifest.json read (a million shards take about 250 MB): a larger file is refused
 #: before it is parsed, which would cost several times its size in memory.
 MAX_MANIFEST_BYTES = 256 << 20
@@ -57,6 +61,10 @@ class Manifest:
     #: {"path": "sample_table.bin", "size": N, "sha256": HEX} (sample_table.py); None: no sample table
     #: (a dataset written before there was one, or of shards without label and CRC32 tables).
     sample_table: Optional[Dict[str, Any]] = None
+    #: A dataset of named fields (schema kind "fields", manifest version 2): each column's shard
+    #: files and sample table; `shards` then holds the shards as units (FieldFiles.units). None:
+    #: one payload per sample (version 1).
+    fields: Optional[FieldFiles] = None
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "shards" and not isinstance(value, ShardTable):
@@ -76,7 +84,7 @@ class Manifest:
     def to_dict(self) -> Dict[str, Any]:
         """The manifest as written, including its own checksum."""
         body = {
-            "manifest_version": MANIFEST_VERSION,
+            "manifest_version": 1 if self.fields is None else FIELDS_MANIFEST_VERSION,
             "format": {"name": self.format_name, "version": self.format_version},
             "format_options": self.format_options,
             "shardkit_version": self.shardkit_version,
@@ -86,8 +94,10 @@ class Manifest:
             "classes": list(self.classes),
             "num_samples": self.num_samples,
             "hash_algorithm": HASH_ALGORITHM,
-            "shards": self.shards.to_dicts(),
+            "shards": self.shards.to_dicts() if self.fields is None else self.fields.shard_dicts(),
         }
+        if self.fields is not None and self.fields.sample_tables:
+            body["sample_tables"] = self.fields.table_dicts()
         if self.dataset_id is not None:
             body["dataset_id"] = self.dataset_id
         if self.part is not None:
@@ -123,10 +133,14 @@ class Manifest:
                                 "(a value was edited or damaged; spacing and key order do not matter)", path=where)
         try:
             fmt = data["format"]
+            schema = _schema(data["schema"], version, where)
+            files = None if version == 1 else FieldFiles.from_manifest(
+                data["shards"], data.get("sample_tables"), [c for spec in schema.fields for c in spec.columns], where)
             manifest = cls(
                 format_name=str(fmt["name"]), format_version=int(fmt["version"]),
-                schema=SampleSchema.from_dict(data["schema"]),
-                shards=ShardTable.from_dicts(data["shards"]) if columns is None else ShardTable.from_columns(columns),
+                schema=schema, fields=files,
+                shards=files.units() if files is not None else ShardTable.from_dicts(data["shards"])
+                if columns is None else ShardTable.from_columns(columns),
                 classes=_class_names(data.get("classes", []), where),
                 source=dict(data.get("source", {})), format_options=dict(data.get("format_options", {})),
                 created=str(data.get("created", "")), shardkit_version=str(data.get("shardkit_version", "")),
@@ -138,17 +152,31 @@ class Manifest:
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"malformed manifest ({type(exc).__name__}: {exc})", path=where) from None
         manifest.check_consistency(where)
-        if data.get("sample_table") is not None:
+        if data.get("sample_table") is not None and version == 1:
             manifest.sample_table = check_entry(data["sample_table"], manifest.num_samples, where)
         return manifest
 
     def check_consistency(self, where: str = MANIFEST_NAME) -> None:
         """Each shard's count within what its size holds (MIN_SAMPLE_BYTES a sample, plus the row
         of an uncompressed fixed-shape sample, which every format stores as it is), the total
-        within MAX_SAMPLES, shard indices contiguous and shard paths unique."""
+        within MAX_SAMPLES, shard indices contiguous and shard paths unique (in each column of a
+        dataset of fields too, each column's file an ordinary shard)."""
         schema = self.schema
         rows = schema.sample_nbytes if schema.is_array and schema.compression == "none" else 0
         self.shards.check_consistency(where, MIN_SAMPLE_BYTES + min(rows, 1 << 62))
+        for table in (self.fields.columns.values() if self.fields is not None else ()):
+            table.check_consistency(where)
+
+    def field_view(self, column: str, schema: SampleSchema) -> "Manifest":
+        """The manifest of one column of a dataset of fields as a dataset of its own: its files,
+        its sample table, and `schema`, the storage schema of its files (field_views.py), so that
+        every reader, check and verify of a dataset of one payload applies to it unchanged."""
+        assert self.fields is not None
+        return Manifest(format_name=self.format_name, format_version=self.format_version, schema=schema,
+                        shards=self.fields.columns[column], source=self.source,
+                        format_options=self.format_options, created=self.created,
+                        shardkit_version=self.shardkit_version, part=self.part, order=self.order,
+                        dataset_id=self.dataset_id, sample_table=self.fields.sample_tables.get(column))
 
     def check_identity(self, shard_id: Optional[str], path: str, shard: int) -> None:
         """Raise ForeignShardError unless a shard carries this dataset's identity (a shard of an older
@@ -169,6 +197,17 @@ def _class_names(names: Any, where: str) -> List[str]:
     if any(len(text) > MAX_NAME_CHARS for text in texts):
         raise ManifestError(f"a class name is longer than {MAX_NAME_CHARS} characters", path=where)
     return texts
+
+
+def _schema(data: Any, version: int, where: str) -> SampleSchema:
+    """The manifest's schema: of named fields in layout 2, of one payload in layout 1."""
+    try:
+        schema = SampleSchema.from_dict(data)
+    except UsageError as exc:
+        raise ManifestError(f"malformed schema ({exc})", path=where) from None
+    if (schema.kind == FIELDS_KIND) != (version == FIELDS_MANIFEST_VERSION):
+        raise ManifestError(f"manifest_version {version} does not hold a schema of kind {schema.kind!r}", path=where)
+    return schema
 
 
 def _body_checksum(body: Dict[str, Any], columns: Optional[Dict[str, List[Any]]] = None) -> str:

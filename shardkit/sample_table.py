@@ -35,14 +35,15 @@ _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _BLOCK_ROWS = 1 << 18
 
 
-def check_entry(entry: Any, num_samples: int, where: str) -> Dict[str, Any]:
-    """The manifest's sample_table entry, if it names this file with the size of num_samples rows
-    and a sha256; ManifestError otherwise."""
+def check_entry(entry: Any, num_samples: int, where: str, name: Optional[str] = None) -> Dict[str, Any]:
+    """The manifest's sample_table entry, if it names this file (`name`: a field's own table in a
+    dataset of fields) with the size of num_samples rows and a sha256; ManifestError otherwise."""
     if not isinstance(entry, dict) or set(entry) != {"path", "size", "sha256"}:
         raise ManifestError("sample_table must be an object of path, size and sha256", path=where)
-    if entry["path"] not in (TABLE_NAME, table_name(num_samples)):
-        raise ManifestError(f"sample_table path must be {TABLE_NAME!r} or {table_name(num_samples)!r}, "
-                            f"not {entry['path']!r}", path=where)
+    allowed = (name,) if name is not None else (TABLE_NAME, table_name(num_samples))
+    if entry["path"] not in allowed:
+        raise ManifestError(f"sample_table path must be {' or '.join(map(repr, allowed))}, not {entry['path']!r}",
+                            path=where)
     if entry["size"] != num_samples * ROW_DTYPE.itemsize or type(entry["size"]) is not int:
         raise ManifestError(f"sample_table size {entry['size']!r} is not {ROW_DTYPE.itemsize} bytes for each "
                             f"of the {num_samples} samples", path=where)
@@ -57,9 +58,9 @@ def table_name(num_samples: int) -> str:
 
 
 def open_table_file(root: str, entry: Dict[str, Any], name: Optional[str] = None) -> int:
-    """A read-only descriptor of the table, a regular file of the recorded size inside root
-    (named name there, by default the manifest's path: a remote dataset's cache names it by its
-    content); CorruptShardError naming it otherwise."""
+    """A read-only descriptor of the table, a regular file of the recorded size inside root, named
+    name there (a remote dataset's cache names it by its content) or else what the entry names
+    (check_entry checked it); CorruptShardError naming it otherwise."""
     return open_shard_file(os.path.join(root, name or entry["path"]), root, entry["size"], "the sample table")
 
 
@@ -112,6 +113,7 @@ class TableRows:
     the table when it cannot be opened."""
 
     def __init__(self, root: str, entry: Dict[str, Any]) -> None:
+        self.name = entry["path"]
         self._fd = open_table_file(root, entry)
 
     def read(self, start: int, count: int) -> Tuple[np.ndarray, np.ndarray]:

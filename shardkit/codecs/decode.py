@@ -18,9 +18,9 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import UsageError
-from ..records import Payload
-from ..schema import SampleSchema
+from ..errors import SampleError, UsageError
+from ..records import NO_LABEL, Encoded, Payload
+from ..schema import FieldSpec, SampleSchema
 
 DECODE_MODES = ("pil", "numpy", "tensor", None)
 
@@ -45,7 +45,7 @@ def array_to_numpy(payload: Payload) -> np.ndarray:
     return array
 
 
-def _stored_bytes(payload: Payload) -> bytes:
+def stored_bytes(payload: Payload) -> bytes:
     """An encoded payload as bytes: one copy out of the shard, which then pickles cheaply.
 
     DataLoader workers pickle every sample; a numpy view costs several times more there
@@ -116,7 +116,7 @@ def make_decoder(schema: SampleSchema, mode: Optional[str], source: Optional[Dic
         from .tabular import make_tabular_decoder  # noqa: F401 - provided by the tabular codec
         return make_tabular_decoder(schema, mode)
     if mode is None:
-        return (lambda payload: payload) if schema.is_array else _stored_bytes
+        return (lambda payload: payload) if schema.is_array else stored_bytes
     if schema.is_array:
         if mode == "numpy":
             return array_to_numpy
@@ -139,3 +139,24 @@ def check_payload_decodes(schema: SampleSchema, payload: Payload,
     if schema.kind == "image" and not schema.is_array:
         from .pillow import decode_image
         decode_image(bytes(payload), formats=image_formats(schema, source), max_pixels=max_image_pixels(schema))
+
+
+def check_stored(schema: SampleSchema, encoded: Encoded, source: Optional[Dict[str, Any]] = None) -> None:
+    """verify --deep: SampleError unless a stored record is what its schema says: an encoded image
+    decodes, and in a field's file (a dataset of named fields) the value is one of its field's
+    (codecs/field_decode.py) and its presence is 0, or -1 for an absent optional value."""
+    field = schema.codec.get("field")
+    if field is None:
+        check_payload_decodes(schema, encoded.payload, source)
+        return
+    from .field_decode import check_field_value, check_shape_row
+    spec = FieldSpec.from_dict(field)
+    if encoded.label not in (0, NO_LABEL):
+        raise SampleError(f"presence {encoded.label}, not 0 (present) or -1 (absent)")
+    if encoded.label == NO_LABEL:
+        if not spec.optional:
+            raise SampleError(f"field {spec.name!r} is required but absent")
+    elif "shape_of" in schema.codec:
+        check_shape_row(spec, encoded.payload)
+    else:
+        check_field_value(spec, schema, encoded.payload)

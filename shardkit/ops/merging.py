@@ -46,22 +46,18 @@ def merge(parts: Sequence[str], dst: str) -> MergeReport:
     if path.exists() and (not path.is_dir() or os.listdir(path)):
         raise DestinationExistsError("exists and is not empty; merge writes a new dataset", path=dst)
     (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
+    if manifests[0].fields is not None:      # parts of a dataset of named fields
+        from .field_merge import merge_field_parts
+        return MergeReport(**merge_field_parts(ordered, dst, started))
     entries: List[ShardEntry] = []
     skipped_lists: List[List[Dict[str, Any]]] = []
     linked = copied = 0
     first = 0
     for part_dir, manifest in ordered:
         for entry in manifest.shards:
-            source, target = Path(part_dir) / entry.path, path / entry.path
-            if not source.is_file() or source.stat().st_size != entry.size:
-                raise ManifestError("missing or not the size its part manifest says; "
-                                    "run shardkit verify on the part", path=str(source))
-            try:
-                os.link(source, target)
+            if place_file(Path(part_dir) / entry.path, path / entry.path, entry.size):
                 linked += 1
-            except OSError:
-                shutil.copyfile(source, target)
-                fsync_path(target)
+            else:
                 copied += 1
             entries.append(dataclasses.replace(entry, first_index=first))
             first += entry.num_samples
@@ -81,6 +77,21 @@ def merge(parts: Sequence[str], dst: str) -> MergeReport:
     merged.save(dst)
     return MergeReport(dst=dst, parts=len(ordered), num_samples=merged.num_samples, num_shards=len(entries),
                        linked=linked, copied=copied, seconds=time.monotonic() - started)
+
+
+def place_file(source: Path, target: Path, size: int) -> bool:
+    """Hard-link a part's shard file into DST (True), or copy it there durably (False) where a
+    link cannot be made; ManifestError when it is missing or not of its recorded size."""
+    if not source.is_file() or source.stat().st_size != size:
+        raise ManifestError("missing or not the size its part manifest says; run shardkit verify on the part",
+                            path=str(source))
+    try:
+        os.link(source, target)
+        return True
+    except OSError:
+        shutil.copyfile(source, target)
+        fsync_path(target)
+        return False
 
 
 def _check_parts(parts: List[str], manifests: List[Manifest]) -> List[Any]:

@@ -9,12 +9,12 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..codecs.decode import check_payload_decodes
+from ..codecs.decode import check_stored
 from ..errors import CorruptSampleError, CorruptShardError, SampleError
 from ..formats import READ_FAILURES, ShardReader, get_format, recorded_options
 from ..integrity import NotAShardFile, WrongSize, hash_open_file, open_regular
 from ..manifest import Manifest
-from ..sample_table import TABLE_NAME, TableRows, shard_mismatch
+from ..sample_table import TableRows, shard_mismatch
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class ShardCheck:
         labels, crcs = self.table.read(self.entry.first_index, self.entry.num_samples)
         problem = shard_mismatch(reader.tables(), labels, crcs, 0)
         if problem:
-            self.problem("table", f"{problem} ({TABLE_NAME})")
+            self.problem("table", f"{problem} ({self.table.name})")
 
     def every_sample(self, reader: ShardReader) -> None:
         """--deep: each sample's record, CRC32, label range and that it decodes."""
@@ -149,7 +149,7 @@ class ShardCheck:
                 self.problem("sample", f"sample {index} has label {encoded.label}, outside the {classes} classes",
                              index)
             try:
-                check_payload_decodes(manifest.schema, encoded.payload, manifest.source)
+                check_stored(manifest.schema, encoded, manifest.source)
             except SampleError as exc:
                 self.problem("sample", f"sample {index} does not decode ({exc})", index)
 

@@ -17,6 +17,8 @@ from ..manifest import MANIFEST_NAME, SHARDS_DIR, Manifest, load_manifest
 from ..runtime.progress import Progress
 from ..sample_table import open_table_file
 from ..runtime.workers import default_workers, exit_if_importing_main, run_in_workers
+from ..field_views import column_views
+from .field_checks import variable_shapes
 from .shard_checks import Problem, check_shard, open_table_rows
 
 MODES = ("quick", "full", "deep")
@@ -66,10 +68,15 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
         report.problems.append(unreadable)
         return report
     report.problems.extend(_extra_files(dst, manifest))
-    report.problems.extend(_sample_table_problems(dst, manifest, mode))
-    for problems, samples in _check_shards(dst, manifest, mode, workers, quiet):
-        report.problems.extend(problems)
-        report.samples_checked += samples
+    # a dataset of named fields: each column is checked as the dataset of one payload it is
+    views = [manifest] if manifest.fields is None else list(column_views(manifest).values())
+    for number, view in enumerate(views):
+        report.problems.extend(_sample_table_problems(dst, view, mode))
+        for problems, samples in _check_shards(dst, view, mode, workers, quiet):
+            report.problems.extend(problems)
+            report.samples_checked += samples if number == 0 else 0
+    if manifest.fields is not None and mode == "deep":
+        report.problems.extend(variable_shapes(dst, manifest))
     report.shards_checked = len(manifest.shards)
     return report
 
@@ -203,7 +210,7 @@ def _unexpected_manifest(dst: str, expected: str) -> List[Problem]:
 
 def _extra_files(dst: str, manifest: Manifest) -> List[Problem]:
     """Files in shards/ that the manifest does not list (temporary files of a conversion included)."""
-    listed = set(manifest.shards.paths)
+    listed = set(manifest.shards.paths if manifest.fields is None else manifest.fields.paths())
     shards_dir = Path(dst) / SHARDS_DIR
     if not shards_dir.is_dir():
         return []

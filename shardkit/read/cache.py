@@ -76,6 +76,8 @@ class ShardCache:
         self._arena_open = bool(max_rows) and count <= min(capacity, process_budget())
         # a remote dataset's cached files never change: named by content, renamed in once checked
         self._watch = FileWatch(shards.root, ["", SHARDS_DIR] if shards.files is None else [])
+        #: The sample table's file name (a field's own in a dataset of fields)
+        self._table_name = (shards.manifest.sample_table or {}).get("path", TABLE_NAME)
         #: The sample table the shards were checked against in this process (None before the first).
         self.table: Optional[SampleTable] = None
 
@@ -124,7 +126,7 @@ class ShardCache:
         if not changed:
             return
         with self:
-            if EVERYTHING in changed or (self._shards.manifest.sample_table or {}).get("path") in changed:
+            if EVERYTHING in changed or self._table_name in changed:
                 self._close_all()
                 return
             for shard in range(self._count):

@@ -13,6 +13,7 @@ from ..formats import get_format
 from ..manifest import Manifest, load_manifest
 from ..records import Encoded
 from .indices import sample_index, sample_indices
+from ..remote.location import redact_url
 from .remote_files import REMOTE_OPTIONS, remote_files
 from .shards import ShardRecords
 
@@ -21,7 +22,23 @@ DATASET_OPTIONS = ("decode", "transform", "target_transform", "verify_checksums"
                    "return_key", *REMOTE_OPTIONS)
 
 
-class ShardDataset(ShardRecords, torch.utils.data.Dataset):
+class ClassNames:
+    """`classes` and `class_to_idx` of a dataset, from its manifest."""
+
+    manifest: Manifest
+
+    @property
+    def classes(self) -> List[str]:
+        """Class names in label order (a dataset of fields: its first label field's)."""
+        return list(self.manifest.classes)
+
+    @property
+    def class_to_idx(self) -> Dict[str, int]:
+        """Class name -> label."""
+        return {name: index for index, name in enumerate(self.manifest.classes)}
+
+
+class ShardDataset(ClassNames, ShardRecords, torch.utils.data.Dataset):
     """Random access to every sample of a shardkit dataset: ds[i] -> (sample, label) or sample.
 
     The records come from ShardRecords (shards opened lazily per process by the dataset's own
@@ -54,16 +71,6 @@ class ShardDataset(ShardRecords, torch.utils.data.Dataset):
         self._labeled = self.manifest.schema.labeled
 
     # ---- metadata ----------------------------------------------------------------
-    @property
-    def classes(self) -> List[str]:
-        """Class names in label order."""
-        return list(self.manifest.classes)
-
-    @property
-    def class_to_idx(self) -> Dict[str, int]:
-        """Class name -> label."""
-        return {name: index for index, name in enumerate(self.manifest.classes)}
-
     @property
     def schema(self) -> Any:
         """The SampleSchema of every sample."""
@@ -178,15 +185,18 @@ def open_dataset(root: "str | os.PathLike[str]", **kwargs: Any) -> ShardDataset:
             `remote` extra): then `cache_dir` (required), `cache_limit` (bytes or "20GB"; by
             default the whole dataset) and `storage_options` (given to fsspec) say how its shards
             are fetched, checked and cached locally (docs/remote.md).
-        **kwargs: passed to the dataset class: `decode` ("pil", "numpy", "tensor" or None for the
-            stored payload), `transform`, `target_transform`, `verify_checksums` (False, True for
-            each sample's CRC32, or "full" to also hash each shard once per process),
+        **kwargs: passed to the dataset class (a FieldsDataset for a dataset of named fields, which
+            also takes `fields`, and `decode` per field: docs/fields.md): `decode` ("pil", "numpy",
+            "tensor" or None for the stored payload), `transform`, `target_transform`,
+            `verify_checksums` (False, True for each sample's CRC32, or "full" to also hash each
+            shard once per process),
             `max_open_shards` (this dataset's shards kept open per process; default from the
             process's descriptor and map limits), `as_dict` (tabular rows as dicts), `return_key`
             (each sample also returns its source key), and format options such as `readahead=False`.
 
     Returns:
-        An `HDF5Dataset`, `LMDBDataset` or `PTDataset`, all `torch.utils.data.Dataset`s.
+        An `HDF5Dataset`, `LMDBDataset` or `PTDataset` (a `FieldsDataset` for a dataset of named
+        fields), all `torch.utils.data.Dataset`s.
 
     Raises:
         NotADatasetError: root holds no manifest.
@@ -195,5 +205,15 @@ def open_dataset(root: "str | os.PathLike[str]", **kwargs: Any) -> ShardDataset:
     """
     remote = remote_files(root, *(kwargs.pop(name, None) for name in REMOTE_OPTIONS))
     manifest = remote.manifest if remote is not None else load_manifest(root)
+    if manifest.fields is not None:
+        if remote is not None:
+            remote.close()
+            raise UsageError("a dataset of named fields is read from local disk: copy it there first "
+                             "with `shardkit pull URL DST`", path=redact_url(os.fspath(root)))
+        from .fields_dataset import FieldsDataset
+        return FieldsDataset(root, _manifest=manifest, **kwargs)  # type: ignore[return-value]
+    if "fields" in kwargs:
+        raise UsageError("fields= applies to datasets of named fields; this one holds one payload per sample",
+                         path=str(root))
     classes = {cls.format_name: cls for cls in ShardDataset.__subclasses__()}
     return classes.get(manifest.format_name, ShardDataset)(root, _manifest=manifest, _remote=remote, **kwargs)

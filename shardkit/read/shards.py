@@ -61,6 +61,8 @@ class ShardRecords:
         else:
             self.root = os.path.abspath(os.fspath(root))
         self.manifest: Manifest = _manifest if _manifest is not None else load_manifest(self.root)
+        if self.manifest.fields is not None:
+            raise UsageError("holds samples of named fields; open it with shardkit.open_dataset", path=self.root)
         if self.format_name is not None and self.manifest.format_name != self.format_name:
             raise UsageError(f"holds {self.manifest.format_name} shards, not {self.format_name}; "
                              "use shardkit.open_dataset to pick the right reader", path=self.root)

@@ -14,11 +14,12 @@ import re
 import shutil
 import weakref
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..errors import DestinationExistsError, LockedError, UsageError
 from ..integrity import PathLike, atomic_write_json, json_bytes, replace_bytes
 from ..manifest import MANIFEST_NAME, SHARDS_DIR, SKIPPED_NAME
+from ..field_files import COLUMN_NAME, is_table_name
 from ..sample_table import TABLE_NAME, TABLE_NAMES
 
 JOURNAL_DIR = ".shardkit"
@@ -135,14 +136,26 @@ class Journal:
 # ---- DST as a whole: claiming it for a conversion, and tidying it -------------------------
 #: Temporary names of atomic writes and of shards being written (integrity.temp_path).
 _TEMP_NAME = re.compile(r"^\..+\.tmp(-[0-9a-f]+)?$")
-#: What shardkit writes in each of its folders: top-level names (file or folder), shard files, the
-#: journal's lock, plan and done records. Deepest last: remove_outputs empties them deepest first.
-_OWN_FOLDERS: Tuple[Tuple[str, Any], ...] = (
-    ("", {**dict.fromkeys((MANIFEST_NAME, SKIPPED_NAME, TABLE_NAME), "file"),
-          SHARDS_DIR: "folder", JOURNAL_DIR: "folder"}),
-    (SHARDS_DIR, re.compile(r"^shard-\d{5,}\.[a-z0-9]+$")),
-    (JOURNAL_DIR, {"lock": "file", "plan.json": "file", "done": "folder", APPEND_DIR: "folder"}),
-    (f"{JOURNAL_DIR}/done", re.compile(r"^shard-\d{5,}\.json$")),
+_TOP_LEVEL = {**dict.fromkeys((MANIFEST_NAME, SKIPPED_NAME, TABLE_NAME), "file"), SHARDS_DIR: "folder",
+              JOURNAL_DIR: "folder"}
+#: A shard's stem (a part's shards carry its number) and a column's part of a field file's or done
+#: record's name (`.caption`, `.boxes.shape`, `.fields`: a dataset of named fields, field_files.py).
+_STEM = rf"(part-\d{{5,}}-)?shard-\d{{5,}}(\.{COLUMN_NAME})?"
+
+
+def _files_matching(pattern: str) -> Callable[[str], Optional[str]]:
+    matcher = re.compile(pattern)
+    return lambda name: "file" if matcher.fullmatch(name) else None
+
+
+#: What shardkit writes in each of its folders, as name -> "file", "folder" or None (not its own):
+#: top-level names, each column's sample table and an append's tables, shard files, the journal's lock, plan and done
+#: records. Deepest last: remove_outputs empties them deepest first.
+_OWN_FOLDERS: Tuple[Tuple[str, Callable[[str], Optional[str]]], ...] = (
+    ("", lambda name: _TOP_LEVEL.get(name) or ("file" if is_table_name(name) or TABLE_NAMES.match(name) else None)),
+    (SHARDS_DIR, _files_matching(_STEM + r"\.[a-z0-9]+")),
+    (JOURNAL_DIR, {"lock": "file", "plan.json": "file", "done": "folder", APPEND_DIR: "folder"}.get),
+    (f"{JOURNAL_DIR}/done", _files_matching(_STEM + r"\.json")),
 )
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 #: What shardkit writes, renames or deletes inside DST; none of it may be a symbolic link.
@@ -220,9 +233,7 @@ def foreign_entries(dst: PathLike) -> List[str]:
             name = f"{rel}/{entry.name}" if rel else entry.name
             if _TEMP_NAME.match(entry.name) and not entry.is_dir(follow_symlinks=False):
                 continue
-            wanted = own.get(entry.name) if isinstance(own, dict) else ("file" if own.match(entry.name) else None)
-            if not rel and TABLE_NAMES.match(entry.name):
-                wanted = "file"         # a sample table written by an append
+            wanted = own(entry.name)
             if wanted is None or (entry.is_dir(follow_symlinks=False) != (wanted == "folder")):
                 foreign.append(name)
     return sorted(foreign)

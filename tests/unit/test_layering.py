@@ -31,6 +31,10 @@ LAYERS = {
     "read.epochs": 4, "read.mixing": 4, "read.stream_plan": 4, "read.remote_files": 4,
     "ops.bench": 5, "ops.bench_plot": 5, "ops.duplicates": 5, "ops.sample_digests": 5, "ops.demo": 5, "read.stream": 5,
     "cli": 6, "__init__": 7, "__main__": 7,
+    # samples of named fields
+    "field_files": 1, "write.shuffle": 1, "field_views": 2, "write.field_shard": 3, "ops.field_checks": 3,
+    "write.writer_plan": 4, "write.writer_finish": 4, "write.writer": 4, "ops.field_merge": 4,
+    "read.fields_dataset": 4,
 }
 
 
