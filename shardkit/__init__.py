@@ -28,6 +28,7 @@ if TYPE_CHECKING:      # type checkers see the real objects; at run time they lo
     from .write.repair_run import RepairReport, repair  # noqa: F401
     from .ops.verification import VerifyReport, verify  # noqa: F401
     from .read.fields_dataset import FieldsDataset  # noqa: F401
+    from .read.field_collate import collate_fields  # noqa: F401
     from .schema import FieldSpec  # noqa: F401
     from .write.writer import Writer  # noqa: F401
 
@@ -48,6 +49,7 @@ _LAZY = {
     "ShardDataset": "shardkit.read.dataset",
     "ShardStream": "shardkit.read.stream",
     "VerifyReport": "shardkit.ops.verification",
+    "collate_fields": "shardkit.read.field_collate",
     "collate_raw": "shardkit.read.batches",
     "convert": "shardkit.write.conversion",
     "duplicates": "shardkit.ops.duplicates",
@@ -94,7 +96,7 @@ __all__ = sorted([
     "LMDBDataset", "LockedError", "ManifestError", "MixedDataset", "NotADatasetError", "OutOfFilesError",
     "PTDataset", "PullReport", "PushReport", "RawBatch", "RemoteError", "RepairReport", "SampleError",
     "ShardAwareSampler", "ShardDataset", "ShardStream", "ShardkitError", "SourceError", "UnguardedMainError",
-    "UsageError", "VerifyReport", "Writer", "__version__", "collate_raw", "convert", "duplicates", "merge",
-    "open_dataset", "pull", "push", "random_split", "repair", "train_val_split", "verify", "worker_init_fn",
-    "write",
+    "UsageError", "VerifyReport", "Writer", "__version__", "collate_fields", "collate_raw", "convert",
+    "duplicates", "merge", "open_dataset", "pull", "push", "random_split", "repair", "train_val_split", "verify",
+    "worker_init_fn", "write",
 ])
