@@ -300,8 +300,26 @@ class ReshardOptions(SourceOptions):
             raise UsageError(f"--fraction must be above 0 and at most 1, not {self.fraction}")
 
 
+@dataclass(frozen=True)
+class FieldSourceOptions(SourceOptions):
+    """SRC as a source of samples of named fields (write/field_convert.py, docs/fields.md): which
+    one it is, and a sidecar tree's label field."""
+
+    applies_to = "a source of named fields (--sidecars, --image-column)"
+
+    sidecars: bool = option("--sidecars", False, help="SRC is a tree whose files sharing a stem are one sample "
+                                                      "of named fields (0001.jpg, 0001.txt).")
+    label_field: Optional[str] = option("--label-field", metavar="EXT",
+                                        help="--sidecars: the field (extension) whose files hold each sample's "
+                                             "class name.")
+    image_column: Optional[str] = option("--image-column", metavar="C",
+                                         help="SRC is a table whose column C holds image paths or bytes; its "
+                                              "other columns are fields.")
+
+
 #: Every option class a convert keyword can belong to, in the order `shardkit convert --help` lists them.
-GROUPS: Tuple[Type[OptionGroup], ...] = (PlanOptions, ImageOptions, TabularOptions, ReshardOptions, RunOptions)
+GROUPS: Tuple[Type[OptionGroup], ...] = (PlanOptions, ImageOptions, TabularOptions, ReshardOptions,
+                                         FieldSourceOptions, RunOptions)
 
 
 def _flag_anywhere(name: str) -> str:
@@ -365,6 +383,7 @@ def split_convert_options(values: Dict[str, Any]) -> Tuple[PlanOptions, RunOptio
     return plan, run, {name: typed_value(specs[name], value) for name, value in rest.items() if value is not None}
 
 
-__all__ = ["DEFAULT_BACKGROUND", "DEFAULT_IMAGE_MODE", "Flag", "ImageOptions", "OptionSpec", "PlanOptions",
-           "ReshardOptions", "RunOptions", "SourceOptions", "TabularOptions", "known_names", "option_specs",
+__all__ = ["DEFAULT_BACKGROUND", "DEFAULT_IMAGE_MODE", "FieldSourceOptions", "Flag", "ImageOptions", "OptionSpec",
+           "PlanOptions", "ReshardOptions", "RunOptions", "SourceOptions", "TabularOptions",
+           "known_names", "option_specs",
            "refuse_unknown", "refuse_unknown_keywords", "split_convert_options"]

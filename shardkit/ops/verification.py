@@ -69,10 +69,10 @@ def verify(dst: str, mode: str = "full", workers: Optional[int] = None, quiet: b
         return report
     report.problems.extend(_extra_files(dst, manifest))
     # a dataset of named fields: each column is checked as the dataset of one payload it is
-    views = [manifest] if manifest.fields is None else list(column_views(manifest).values())
-    for number, view in enumerate(views):
+    views = {"": manifest} if manifest.fields is None else column_views(manifest)
+    for number, (column, view) in enumerate(views.items()):
         report.problems.extend(_sample_table_problems(dst, view, mode))
-        for problems, samples in _check_shards(dst, view, mode, workers, quiet):
+        for problems, samples in _check_shards(dst, view, mode, workers, quiet, column and f" {column}"):
             report.problems.extend(problems)
             report.samples_checked += samples if number == 0 else 0
     if manifest.fields is not None and mode == "deep":
@@ -93,13 +93,14 @@ def _checked_options(mode: str, workers: Optional[int], expect_manifest_sha256: 
     return workers
 
 
-def _check_shards(dst: str, manifest: Any, mode: str, workers: int, quiet: bool) -> List[Tuple[List[Problem], int]]:
+def _check_shards(dst: str, manifest: Any, mode: str, workers: int, quiet: bool,
+                  column: str = "") -> List[Tuple[List[Problem], int]]:
     """(problems, samples checked) of every shard, in shard order: in this process, in spawned
     workers, or (a format whose crafted files can crash its library) in isolated child processes."""
     shards = len(manifest.shards)
     batches = _batches(shards, workers)
     outcomes: List[List[Tuple[List[Problem], int]]] = [[] for _ in batches]
-    with Progress(shards, f"verify ({mode})", quiet=quiet, unit="shard") as bar:
+    with Progress(shards, f"verify ({mode}){column}", quiet=quiet, unit="shard") as bar:
         def done(number: int, outcome: List[Tuple[List[Problem], int]]) -> None:
             outcomes[number] = outcome
             start, stop = batches[number]

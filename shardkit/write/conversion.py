@@ -84,6 +84,9 @@ def convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", *,
             classes: Optional[Union[str, Sequence[str]]] = None,
             keys: "Optional[Union[str, os.PathLike[str]]]" = None,
             fraction: Optional[float] = None,
+            sidecars: bool = False,
+            label_field: Optional[str] = None,
+            image_column: Optional[str] = None,
             workers: Optional[int] = None,
             executor: Optional[str] = None,
             address: Optional[str] = None,
@@ -112,6 +115,10 @@ def convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", *,
 
 def _convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", given: Dict[str, Any]) -> ConvertReport:
     exit_if_importing_main()
+    if given.get("sidecars") or any(given.get(name) is not None for name in ("image_column", "label_field")):
+        from .field_convert import convert_fields   # samples of named fields: write/field_convert.py
+        return convert_fields(os.fspath(src), os.fspath(dst),
+                              **{name: value for name, value in given.items() if value is not None})
     options, run, source_options = split_convert_options(given)
     started = time.monotonic()
     src, dst = os.fspath(src), os.fspath(dst)

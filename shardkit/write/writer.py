@@ -44,7 +44,8 @@ class Writer:
                  samples_per_shard: Optional[int] = None, shard_size: "str | int | None" = None,
                  order: str = "shuffled", seed: int = 0, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
                  part: "Tuple[int, int] | str | None" = None, key_field: Optional[str] = None,
-                 resume: bool = False, overwrite: bool = False, source: Optional[Dict[str, Any]] = None) -> None:
+                 resume: bool = False, overwrite: bool = False, source: Optional[Dict[str, Any]] = None,
+                 recorded_order: Optional[Dict[str, Any]] = None) -> None:
         self.dst = os.fspath(dst)
         self._started = time.monotonic()
         self.plan = WriterPlan(format=get_format(format).name, samples_per_shard=_positive(samples_per_shard),
@@ -52,7 +53,10 @@ class Writer:
                                seed=_seed(seed), shuffle_buffer=_buffer(shuffle_buffer, order),
                                part=_part(part), key_field=key_field)
         self._fmt = get_format(self.plan.format)
+        #: what the manifest records of where the samples came from, and (a caller that ordered them
+        #: itself: convert's seeded permutation of a tree's items) of their order
         self._source = dict(source or {"kind": "python"})
+        self._recorded_order = recorded_order
         self._journal = claim_destination(self.dst, overwrite=overwrite, resume=resume)
         try:
             self._start(fields_of(fields), resume)
@@ -68,6 +72,8 @@ class Writer:
         self._committing: Dict[str, Dict[str, Any]] = {}      # stem -> shard awaiting its columns' commits
         self._records: List[Dict[str, Any]] = []              # done records of the shards written now
         self._skipped: List[Dict[str, Any]] = []              # skipped since the last sealed shard
+        self._scan_skips: List[Dict[str, Any]] = []           # found before any input (noted again on resume)
+        self._kept_skips: List[Dict[str, Any]] = []
         self._emitted = 0                                     # inputs out of the buffer (samples and skips)
         self._end: Optional[int] = None
         self._pipeline = CommitPipeline()
@@ -141,11 +147,22 @@ class Writer:
             self._set_schema(SampleSchema.of_fields([_inferred(name, value, key) for name, value in sample.items()]))
         self._push(self._encode(sample, key))
 
-    def skip(self, path: str, reason: str) -> None:
+    def skip(self, path: str, reason: str, at_scan: bool = False) -> None:
         """Note an input that could not become a sample (listed in skipped.jsonl): it keeps its
-        position in the input, so a resumed run skips it with the others."""
+        position in the input, so a resumed run skips it with the others. at_scan: a file the scan
+        left out, which has no position (a resumed run notes it again)."""
+        if at_scan:
+            self._scan_skips.append({"path": path, "reason": reason})
+            return
         self._skipped.append({"path": path, "reason": reason, "position": self.buffer.arrivals})
         self._push(HOLE)
+
+    @property
+    def skipped(self) -> int:
+        """Inputs skipped so far (those of the kept shards too)."""
+        return len(self._scan_skips) + len(self._kept_skips) + len(self._skipped) + sum(
+            len(record["skipped"]) for record in self._records) + sum(
+            len(waiting["skipped"]) for waiting in self._committing.values())
 
     def _key_of(self, sample: Mapping[str, Any], position: int) -> str:
         if self.plan.key_field is not None and sample.get(self.plan.key_field) is not None:
@@ -244,11 +261,11 @@ class Writer:
             self._seal()
             self._collect(self._pipeline.finish())
             records = sorted(self._kept + self._records, key=lambda record: record["shard"])
-            skipped = getattr(self, "_kept_skips", []) + [item for record in self._records
-                                                          for item in record["skipped"]]
+            skipped = self._scan_skips + self._kept_skips + [item for record in self._records
+                                                             for item in record["skipped"]]
             self.report = finish_dataset(Finished(self.dst, self._fmt, self._schema, self.plan, records,
                                                   skipped, self.created, self._source, len(self._kept),
-                                                  self._started))
+                                                  self._started, self._recorded_order))
             self._journal.remove()
         finally:
             self._pipeline.__exit__(None, None, None)

@@ -31,6 +31,8 @@ class Finished:
     source: Dict[str, Any]
     reused: int
     started: float
+    #: the order to record when the caller ordered the samples itself (None: the Writer's own)
+    order: Optional[Dict[str, Any]] = None
 
 
 def field_files(records: List[Dict[str, Any]], columns: List[str], first: int = 0) -> FieldFiles:
@@ -78,8 +80,9 @@ def dataset_manifest(run: Finished, files: FieldFiles) -> Manifest:
     first_schema = next(iter(WriterPlan.column_schemas(run.schema).values()))
     summary = {**run.source.get("summary", {}), "converted": int(files.first.num_samples.sum()),
                "skipped": len(run.skipped)}
-    order: Optional[Dict[str, Any]] = {"kind": "source"} if run.plan.order == "source" else \
-        {"kind": "shuffled", "seed": run.plan.seed, "buffer": run.plan.shuffle_buffer}
+    order: Optional[Dict[str, Any]] = run.order or ({"kind": "source"} if run.plan.order == "source" else
+                                                    {"kind": "shuffled", "seed": run.plan.seed,
+                                                     "buffer": run.plan.shuffle_buffer})
     part: Optional[Dict[str, Any]] = None if run.plan.part is None else {
         "index": run.plan.part[0], "count": run.plan.part[1],
         "plan_fingerprint": run.plan.fingerprint(run.schema, with_part=False)}

@@ -34,7 +34,7 @@ LAYERS = {
     # samples of named fields
     "field_files": 1, "write.shuffle": 1, "field_views": 2, "write.field_shard": 3, "ops.field_checks": 3,
     "write.writer_plan": 4, "write.writer_finish": 4, "write.writer": 4, "ops.field_merge": 4,
-    "read.fields_dataset": 4, "read.field_collate": 4,
+    "read.fields_dataset": 4, "read.field_collate": 4, "write.field_convert": 4,
 }
 
 

@@ -1,0 +1,116 @@
+"""convert() of the sources of named fields (sources/fields/): an image tree with sidecar files
+(`sidecars=True`, `--sidecars`) or a table with an image column (`image_column=C`,
+`--image-column C`), read item by item into shardkit's Writer.
+
+The items are taken in a seeded permutation (order "shuffled": the default for trees) or in the
+source's order, in this process; an item that cannot be read, or whose values break the schema,
+is skipped and listed in skipped.jsonl (or stops the run with on_error="fail"). With part=(I, N)
+each part takes a contiguous 1/N of that order, so the merged parts hold a single run's order.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, Optional, Tuple
+
+from ..errors import ConversionError, SampleError, UsageError
+from ..order import seeded_permutation
+from ..runtime.progress import Progress
+from ..sources.base import Skipped
+from ..sources.fields import FieldSource
+from ..units import parse_part
+from .conversion import ConvertReport, refuse_nested
+from .writer import Writer
+
+#: The convert keywords that apply to a source of named fields (the rest are usage errors).
+APPLIES = {"format", "shard_size", "samples_per_shard", "order", "seed", "part", "resume", "overwrite", "quiet",
+           "on_error", "max_errors", "workers", "image_mode", "resize", "size", "quality", "sidecars", "label_field",
+           "image_column", "label_column"}
+#: Values that mean "not given" (the CLI passes every option, with these for those not given).
+_UNSET: Tuple[Any, ...] = (None, False, [], ())
+_DEFAULTS = {"executor": "local", "on_error": "skip", "validate": "full"}
+
+
+def convert_fields(src: str, dst: str, format: str = "hdf5", **options: Any) -> ConvertReport:
+    """Convert a source of named fields at SRC into a dataset at DST (see the module doc)."""
+    src, dst = os.fspath(src), os.fspath(dst)
+    foreign = sorted(name for name, value in options.items()
+                     if name not in APPLIES and value not in _UNSET and value != _DEFAULTS.get(name))
+    if foreign:
+        flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
+        raise UsageError(f"{flags} {'does' if len(foreign) == 1 else 'do'} not apply to sources of named fields "
+                         "(--sidecars, --image-column)", path=src)
+    if not os.path.exists(src):
+        raise UsageError("no such file or directory", path=src)
+    refuse_nested(src, dst)
+    source = open_field_source(src, options)
+    started = time.monotonic()
+    order = options.get("order") or source.default_order
+    seed = int(options.get("seed") or 0)
+    positions = seeded_permutation(len(source), seed) if order == "shuffled" else None
+    part = options.get("part")
+    part = parse_part(part) if isinstance(part, str) else part
+    first, stop = part_range(part, len(source))
+    recorded = {"kind": "shuffled", "seed": seed} if order == "shuffled" else {"kind": "source"}
+    with Writer(dst, source.fields, format=format, samples_per_shard=options.get("samples_per_shard"),
+                shard_size=options.get("shard_size"), order="source", part=part,
+                resume=bool(options.get("resume")), overwrite=bool(options.get("overwrite")),
+                source={"kind": source.kind, "path": os.path.abspath(src), "summary": source.summary()},
+                recorded_order=recorded) as writer:
+        for item in source.scan_skipped:
+            writer.skip(item.path, item.reason, at_scan=True)
+        _write_items(source, writer, positions, first + writer.resumed_samples, stop, options)
+    report: ConvertReport = writer.report
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def part_range(part: Optional[Tuple[int, int]], count: int) -> Tuple[int, int]:
+    """[first, stop) positions of the order that part (I, N) takes: a contiguous 1/N of them."""
+    if part is None:
+        return 0, count
+    return part[0] * count // part[1], (part[0] + 1) * count // part[1]
+
+
+def open_field_source(src: str, options: Dict[str, Any]) -> FieldSource:
+    """The source of named fields the options ask for."""
+    image = {"mode": options.get("image_mode"), "resize": options.get("resize"), "quality": options.get("quality"),
+             "size": tuple(options["size"]) if options.get("size") else None}
+    if options.get("image_column") is not None:
+        if options.get("sidecars") or options.get("label_field") is not None:
+            raise UsageError("--image-column (a table) and --sidecars/--label-field (a tree) contradict each other")
+        from ..sources.fields.tables import TableImages
+        return TableImages(src, options["image_column"], options.get("label_column"), image)
+    if not options.get("sidecars"):
+        raise UsageError("--label-field applies to --sidecars (a tree of files sharing a stem)")
+    if options.get("label_column") is not None:
+        raise UsageError("--label-column applies to a table; a sidecar tree names its label field by --label-field")
+    if not os.path.isdir(src):
+        raise UsageError("--sidecars needs SRC to be a folder", path=src)
+    from ..sources.fields.sidecars import SidecarTree
+    return SidecarTree(src, options.get("label_field"), image)
+
+
+def _write_items(source: FieldSource, writer: Writer, positions: Optional[Any], start: int, stop: int,
+                 options: Dict[str, Any]) -> None:
+    """Items start..stop of the order into the writer; skips counted against max_errors."""
+    fail = options.get("on_error") == "fail"
+    limit: Optional[int] = options.get("max_errors")
+    with Progress(stop - start, "convert", quiet=options.get("quiet", True)) as bar:
+        for position in range(start, stop):
+            index = position if positions is None else int(positions[position])
+            item = source.read(index)
+            nbytes = 0
+            if not isinstance(item, Skipped):
+                try:
+                    writer.write(item.sample, key=item.key)
+                    nbytes = item.source_bytes
+                except SampleError as exc:
+                    item = Skipped(item.key, exc.problem or str(exc))
+            if isinstance(item, Skipped):
+                if fail:
+                    raise item.failure("--on-error fail")
+                writer.skip(item.path, item.reason)
+                if limit is not None and writer.skipped > limit:
+                    raise ConversionError(f"more than {limit} inputs failed (--max-errors); last: {item.message()}")
+            bar.advance(1, nbytes)
