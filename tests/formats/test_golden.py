@@ -12,7 +12,10 @@ import shardkit
 from shardkit.formats import format_names, get_format
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-GOLDEN_DIRS = sorted(path for path in GOLDEN.iterdir() if (path / "manifest.json").is_file())
+ALL_GOLDEN = sorted(path for path in GOLDEN.iterdir() if (path / "manifest.json").is_file())
+#: Datasets of one payload per sample, and of named fields (manifest version 2).
+GOLDEN_DIRS = [path for path in ALL_GOLDEN if not path.name.endswith("-fields")]
+FIELD_GOLDENS = [path for path in ALL_GOLDEN if path.name.endswith("-fields")]
 
 
 @pytest.mark.parametrize("golden", GOLDEN_DIRS, ids=[path.name for path in GOLDEN_DIRS])
@@ -77,6 +80,24 @@ def test_golden_layout_is_what_its_name_says(golden: Path) -> None:
         assert (schema["kind"], schema["layout"]) == ("tabular", "array")
     else:
         assert (schema["layout"], schema["compression"]) == ("bytes", "none")
+
+
+@pytest.mark.parametrize("golden", FIELD_GOLDENS, ids=[path.name for path in FIELD_GOLDENS])
+def test_golden_dataset_of_fields_reads(golden: Path) -> None:
+    expected = json.loads((golden / "expected.json").read_text())
+    assert json.loads((golden / "manifest.json").read_text())["manifest_version"] == 2
+    assert shardkit.verify(str(golden), mode="deep").ok
+    ds = shardkit.open_dataset(golden, decode={"image": None, "blob": None})
+    assert len(ds) == len(expected) and ds.classes == ["cat", "dog"]
+    for index, item in enumerate(expected):
+        sample = ds[index]
+        assert hashlib.sha256(sample["image"]).hexdigest() == item["image_sha256"]
+        assert (sample["blob"].hex() if sample["blob"] is not None else None) == item["blob"]
+        assert sample["vec"].tolist() == item["vec"]
+        assert (sample["boxes"].tolist() if sample["boxes"] is not None else None) == item["boxes"]
+        for name in ("caption", "label", "count", "score", "meta"):
+            assert sample[name] == item[name], name
+        assert ds.key(index) == item["key"]
 
 
 def test_every_format_version_has_a_golden_dataset() -> None:

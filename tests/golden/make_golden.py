@@ -7,7 +7,9 @@ layout is added. Each folder is `<format>-v<version>[-<layout>]`:
 - (no suffix)   passthrough image bytes;
 - raw-none, raw-gzip, raw-lzf   decoded uint8 arrays, stored plain or compressed (HDF5 chunk
   filters; LMDB and .pt zlib records — lzf is HDF5-only);
-- tabular       CSV rows as float32 arrays, with class labels.
+- tabular       CSV rows as float32 arrays, with class labels;
+- fields        samples of named fields (manifest version 2) written by shardkit.write: every
+                field type, optional values absent, a fixed- and a variable-shape array.
 
 expected.json holds, per sample, the sha256 of its payload bytes and its class, computed from
 the inputs alone (file bytes, Pillow's pixels, the CSV's numbers), never by shardkit.
@@ -94,7 +96,38 @@ LAYOUTS: Dict[str, Tuple[Callable[[Path], Tuple[Path, Expected]], Dict[str, Any]
 def expected_dirs() -> List[Path]:
     """Every golden folder this shardkit's formats and layouts call for."""
     return [golden_dir(name, get_format(name).version, layout)
-            for layout, (_, _, formats) in LAYOUTS.items() for name in format_names() if name in formats]
+            for layout, (_, _, formats) in LAYOUTS.items() for name in format_names() if name in formats] + \
+        [golden_dir(name, get_format(name).version, "fields") for name in format_names()]
+
+
+FIELDS = {"image": "image", "caption": "text", "label": {"type": "label", "classes": ["cat", "dog"]},
+          "count": "int", "score": "float", "meta": "json", "blob": {"type": "bytes", "optional": True},
+          "vec": {"type": "array", "dtype": "int16", "shape": [3]},
+          "boxes": {"type": "array", "dtype": "float32", "shape": [None, 4], "optional": True}}
+
+
+def field_samples() -> Tuple[List[Dict[str, Any]], Expected]:
+    """Seven samples of FIELDS, and what each must read back as (images by the sha256 of the bytes
+    given, arrays as lists, bytes as hex), in the order written (order="source")."""
+    from PIL import Image
+    import io
+    samples, expected = [], []
+    for number in range(7):
+        out = io.BytesIO()
+        Image.new("RGB", (8, 6), (number * 30, 200 - number * 20, 90)).save(out, "PNG")
+        sample = {"image": out.getvalue(), "caption": f"sample {number} «é»", "label": number % 2,
+                  "count": number * 10 ** 10 - 3, "score": number / 8, "meta": {"n": number, "tags": ["x"] * number},
+                  "vec": np.array([number, -number, 7], np.int16)}
+        if number % 3:
+            sample["blob"] = bytes(range(number))
+        if number % 4:
+            sample["boxes"] = np.full((number % 3, 4), number / 2, np.float32)
+        samples.append(sample)
+        expected.append({"image_sha256": _sha(sample["image"]), "caption": sample["caption"], "label": number % 2,
+                         "count": sample["count"], "score": sample["score"], "meta": sample["meta"],
+                         "blob": sample["blob"].hex() if "blob" in sample else None, "vec": [number, -number, 7],
+                         "boxes": sample["boxes"].tolist() if "boxes" in sample else None, "key": str(number)})
+    return samples, expected
 
 
 #: Rows of the tabular golden datasets (from format version 2 on): features a, b and label kind.
@@ -124,6 +157,13 @@ def main() -> None:
                 shardkit.convert(str(table), str(dst), format=name, samples_per_shard=10, label_column="kind",
                                  order="source", quiet=True)
                 (dst / "expected.json").write_text(json.dumps(expected_rows, indent=1) + "\n")
+                print(f"wrote {dst}")
+        for name in format_names():
+            dst = golden_dir(name, get_format(name).version, "fields")
+            if not dst.exists():
+                samples, expected_fields = field_samples()
+                shardkit.write(samples, str(dst), FIELDS, format=name, order="source")
+                (dst / "expected.json").write_text(json.dumps(expected_fields, indent=1, ensure_ascii=False) + "\n")
                 print(f"wrote {dst}")
         # after the keyed folders above: the passthrough layout's folder is the keyed one
         for layout, (build, options, formats) in LAYOUTS.items():
