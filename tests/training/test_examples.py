@@ -51,3 +51,25 @@ def test_ddp_train_two_ranks_read_every_sample_once(tmp_path: Path) -> None:
     lines = re.findall(r"epoch (\d): loss [\d.]+; 2 ranks read (\d+) samples, (\d+) distinct, of (\d+)", out)
     assert [epoch for epoch, *_ in lines] == ["0", "1"], out
     assert all(read == distinct == total == "96" for _, read, distinct, total in lines), out
+
+
+def _learns(out: str) -> None:
+    assert "verify: OK" in out, out
+    first, last = map(float, re.search(r"loss first ([\d.]+) -> last ([\d.]+)", out).groups())
+    assert last < first, out
+
+
+def test_caption_tree_converts_verifies_and_trains(tmp_path: Path) -> None:
+    """Images with .txt captions (an icon theme of this machine, or drawn shapes) -> --sidecars."""
+    out = _run(str(REPO / "examples" / "caption_tree.py"), "--workdir", str(tmp_path), "--images", "120",
+               "--steps", "30", "--batch-size", "16")
+    assert re.search(r"converted (\d+) samples", out) and "skipped 0" in out
+    _learns(out)
+
+
+def test_detection_table_converts_verifies_and_trains(tmp_path: Path) -> None:
+    """A CSV of image paths and JSON boxes -> --image-column, boxes padded by collate_fields."""
+    out = _run(str(REPO / "examples" / "detection_table.py"), "--workdir", str(tmp_path), "--images", "120",
+               "--steps", "30", "--batch-size", "16")
+    assert "converted 120 samples" in out
+    _learns(out)
