@@ -101,6 +101,7 @@ class FieldSpec:
     size: Optional[Tuple[int, int]] = None          # image, raw mode: (H, W)
     resize: Optional[int] = None                    # image, jpeg/png/webp: shorter side
     quality: Optional[int] = None                   # image, jpeg/webp
+    validate: Optional[str] = None                  # image, passthrough: full (None), fast or none
     classes: Optional[Tuple[str, ...]] = None       # label: class names in label order
     dtype: Optional[str] = None                     # array: numpy dtype name
     shape: Optional[Tuple[Optional[int], ...]] = None   # array: dims, None where they vary
@@ -123,7 +124,8 @@ class FieldSpec:
             return f"unknown type {self.type!r}; choose one of {', '.join(FIELD_TYPES)}"
         if self.compression not in COMPRESSIONS:
             return f"compression must be one of {', '.join(COMPRESSIONS)}, not {self.compression!r}"
-        image_only = [key for key in ("mode", "size", "resize", "quality") if getattr(self, key) is not None]
+        image_only = [key for key in ("mode", "size", "resize", "quality", "validate")
+                      if getattr(self, key) is not None]
         if image_only and self.type != "image":
             return f"{', '.join(image_only)} apply to image fields only"
         if (self.classes is None) != (self.type != "label"):
@@ -151,7 +153,7 @@ class FieldSpec:
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready, without the keys a type does not use."""
         data: Dict[str, Any] = {"name": self.name, "type": self.type, "optional": self.optional}
-        for key in ("mode", "size", "resize", "quality", "classes", "dtype", "shape"):
+        for key in ("mode", "size", "resize", "quality", "validate", "classes", "dtype", "shape"):
             value = getattr(self, key)
             if value is not None:
                 data[key] = list(value) if isinstance(value, tuple) else value

@@ -32,7 +32,8 @@ SCALAR_DTYPES = {"label": "int64", "int": "int64", "float": "float64"}
 def image_codec(spec: FieldSpec) -> ImageCodec:
     """The image codec of an image field (its mode, with raw's size and the re-encoders' options)."""
     return make_image_codec(spec.mode or "passthrough", resize=spec.resize,
-                            size=None if spec.size is None else tuple(spec.size), quality=spec.quality)
+                            size=None if spec.size is None else tuple(spec.size), quality=spec.quality,
+                            validate=spec.validate or "full")
 
 
 def storage_schema(spec: FieldSpec) -> SampleSchema:

@@ -24,8 +24,8 @@ from .writer import Writer
 
 #: The convert keywords that apply to a source of named fields (the rest are usage errors).
 APPLIES = {"format", "shard_size", "samples_per_shard", "order", "seed", "part", "resume", "overwrite", "quiet",
-           "on_error", "max_errors", "workers", "image_mode", "resize", "size", "quality", "sidecars", "label_field",
-           "image_column", "label_column"}
+           "on_error", "max_errors", "workers", "image_mode", "resize", "size", "quality", "validate", "sidecars",
+           "label_field", "image_column", "label_column"}
 #: Values that mean "not given" (the CLI passes every option, with these for those not given).
 _UNSET: Tuple[Any, ...] = (None, False, [], ())
 _DEFAULTS = {"executor": "local", "on_error": "skip", "validate": "full"}
@@ -75,7 +75,7 @@ def part_range(part: Optional[Tuple[int, int]], count: int) -> Tuple[int, int]:
 def open_field_source(src: str, options: Dict[str, Any]) -> FieldSource:
     """The source of named fields the options ask for."""
     image = {"mode": options.get("image_mode"), "resize": options.get("resize"), "quality": options.get("quality"),
-             "size": tuple(options["size"]) if options.get("size") else None}
+             "size": tuple(options["size"]) if options.get("size") else None, "validate": options.get("validate")}
     if options.get("image_column") is not None:
         if options.get("sidecars") or options.get("label_field") is not None:
             raise UsageError("--image-column (a table) and --sidecars/--label-field (a tree) contradict each other")

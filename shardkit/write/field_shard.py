@@ -56,6 +56,7 @@ class FieldShard:
         self.count = 0
         self.nbytes = len(schemas) * fmt.fixed_bytes
         self._files: Dict[str, Path] = {}
+        self._estimates: Dict[str, Dict[int, int]] = {}
         self._writers: Dict[str, ShardWriter] = {}
         try:
             for column, schema in schemas.items():
@@ -70,9 +71,18 @@ class FieldShard:
         return ColumnTask(self.number, 0, self.count, column=column, stem=self.stem)
 
     def sample_bytes(self, record: Dict[str, Encoded]) -> int:
-        """What a sample adds to the shard's files, by the format's estimate."""
-        return sum(int(self.fmt.sample_bytes(self.schemas[column], np.array([one.nbytes + len(one.key or "")]))[0])
-                   for column, one in record.items())
+        """What a sample adds to the shard's files, by the format's estimate (remembered per column
+        and stored size: fixed-width fields ask the format once)."""
+        total = 0
+        for column, one in record.items():
+            stored = one.nbytes + len(one.key or "")
+            known = self._estimates.setdefault(column, {})
+            if stored not in known:
+                if len(known) > 4096:
+                    known.clear()
+                known[stored] = int(self.fmt.sample_bytes(self.schemas[column], np.array([stored]))[0])
+            total += known[stored]
+        return total
 
     def add(self, record: Dict[str, Encoded], nbytes: int) -> None:
         """Append one sample (its record for every column)."""

@@ -165,3 +165,14 @@ def test_options_are_checked_before_anything_is_written(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no sample"):
         shardkit.write([], tmp_path / "empty")
     assert not (tmp_path / "empty" / "manifest.json").exists()
+
+
+def test_an_image_field_checks_its_images_as_its_validate_says(tmp_path: Path) -> None:
+    """validate "full" (the default) refuses bytes that do not decode; "none" stores what starts
+    like an image, and verify --deep then names it."""
+    broken = png_bytes(1)[:40]
+    with pytest.raises(SampleError, match="'image'"):
+        shardkit.write([{"image": broken}], tmp_path / "full", {"image": "image"})
+    shardkit.write([{"image": broken}], tmp_path / "none", {"image": {"type": "image", "validate": "none"}})
+    problems = shardkit.verify(str(tmp_path / "none"), mode="deep").problems
+    assert len(problems) == 1 and "does not decode" in problems[0].message

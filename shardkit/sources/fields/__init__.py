@@ -58,8 +58,10 @@ class FieldSource(abc.ABC):
 def image_spec(name: str, options: ImageFieldOptions, optional: bool) -> FieldSpec:
     """An image field with the conversion's image options."""
     size = options.get("size")
+    validate = options.get("validate")
     return FieldSpec(name, "image", optional=optional, mode=options.get("mode"), resize=options.get("resize"),
-                     quality=options.get("quality"), size=None if size is None else tuple(size))
+                     quality=options.get("quality"), size=None if size is None else tuple(size),
+                     validate=None if validate in (None, "full") else validate)
 
 
 def class_names(values: List[str]) -> Tuple[str, ...]:
