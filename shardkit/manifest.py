@@ -8,7 +8,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import ForeignShardError, ManifestError, NotADatasetError, UsageError
 from .field_files import FieldFiles
@@ -166,6 +166,18 @@ class Manifest:
         self.shards.check_consistency(where, MIN_SAMPLE_BYTES + min(rows, 1 << 62))
         for table in (self.fields.columns.values() if self.fields is not None else ()):
             table.check_consistency(where)
+
+    def shard_files(self) -> List[Tuple[str, int, str]]:
+        """(path, size, sha256) of every shard file: each shard's, or each column's of each shard."""
+        tables = [self.shards] if self.fields is None else list(self.fields.columns.values())
+        return [item for table in tables for item in zip(table.paths, table.sizes.tolist(), table.sha256s)]
+
+    def table_files(self) -> List[Dict[str, Any]]:
+        """The manifest entries (path, size, sha256) of its sample tables: none, the dataset's, or
+        each column's."""
+        if self.fields is not None:
+            return list(self.fields.sample_tables.values())
+        return [] if self.sample_table is None else [self.sample_table]
 
     def field_view(self, column: str, schema: SampleSchema) -> "Manifest":
         """The manifest of one column of a dataset of fields as a dataset of its own: its files,

@@ -31,7 +31,8 @@ _TEMP_NAME = re.compile(r"\..+\.tmp-[0-9a-f]{16}\Z")
 
 @dataclass
 class PullReport:
-    """What pull() did: shards fetched, and those found already in place and checked here."""
+    """What pull() did: shard files fetched (every field's, in a dataset of fields), and those found
+    already in place and checked here."""
 
     url: str
     dst: str
@@ -62,26 +63,26 @@ def pull(url: str, dst: str, *, storage_options: Optional[Mapping[str, Any]] = N
     fetched = []
     sync = SharedFolderSync()
 
+    files = manifest.shard_files()      # every field's files, in a dataset of named fields
+
     def one(number: int) -> bool:
-        entry = manifest.shards[number]
-        final = root / entry.path
-        if _intact(final, entry.size, entry.sha256):
+        path, size, sha256 = files[number]
+        if _intact(root / path, size, sha256):
             return False
-        download_checked(location, entry.path, final, entry.size, entry.sha256, sync)
+        download_checked(location, path, root / path, size, sha256, sync)
         return True
 
-    with Progress(len(manifest.shards), "pull", quiet=quiet, unit="shard") as bar:
+    with Progress(len(files), "pull", quiet=quiet, unit="shard") as bar:
         def done(number: int, was_fetched: bool) -> None:
-            bar.advance(1, int(manifest.shards.sizes[number]))
+            bar.advance(1, files[number][1])
             if was_fetched:
                 fetched.append(number)
-        run_bounded(one, range(len(manifest.shards)), in_flight, on_done=done)
+        run_bounded(one, range(len(files)), in_flight, on_done=done)
     _pull_extras(location, root, manifest)
     atomic_write_bytes(root / MANIFEST_NAME, text)
     _release(root)
     return PullReport(url=location.shown, dst=str(dst), num_shards=len(manifest.shards), fetched=len(fetched),
-                      reused=len(manifest.shards) - len(fetched),
-                      bytes_fetched=int(sum(int(manifest.shards.sizes[n]) for n in fetched)),
+                      reused=len(files) - len(fetched), bytes_fetched=sum(files[n][1] for n in fetched),
                       seconds=time.monotonic() - started)
 
 
@@ -130,9 +131,8 @@ def _intact(path: Path, size: int, sha256: str) -> bool:
 
 
 def _pull_extras(location: RemoteLocation, root: Path, manifest: Manifest) -> None:
-    """The sample table (checked like a shard) and skipped.jsonl (no checksum: a list for people)."""
-    table = manifest.sample_table
-    if table is not None:
+    """The sample tables (checked like a shard) and skipped.jsonl (no checksum: a list for people)."""
+    for table in manifest.table_files():
         path = root / table["path"]
         if not _intact(path, table["size"], table["sha256"]):
             download_checked(location, table["path"], path, table["size"], table["sha256"])

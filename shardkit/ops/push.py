@@ -80,12 +80,10 @@ def push(dst: str, url: str, *, storage_options: Optional[Mapping[str, Any]] = N
 
 
 def _files(root: Path, manifest: Manifest) -> List[Tuple[str, int, str]]:
-    """(path, size, sha256) of every file the manifest checks: the shards, then the sample table."""
-    files = list(zip(manifest.shards.paths, manifest.shards.sizes.tolist(), manifest.shards.sha256s))
-    if manifest.sample_table is not None:
-        table = manifest.sample_table
-        files.append((table["path"], table["size"], table["sha256"]))
-    return files
+    """(path, size, sha256) of every file the manifest checks: the shards (every field's, in a
+    dataset of named fields), then the sample tables."""
+    return manifest.shard_files() + [(table["path"], table["size"], table["sha256"])
+                                     for table in manifest.table_files()]
 
 
 def _remote_manifest(location: RemoteLocation) -> Optional[Tuple[str, Manifest]]:
@@ -100,7 +98,7 @@ def _remote_manifest(location: RemoteLocation) -> Optional[Tuple[str, Manifest]]
 def _remove_unlisted(location: RemoteLocation, old: Manifest, new: Manifest) -> None:
     """After a replacement, the old dataset's shards the new manifest does not list (best effort:
     only files the old manifest names, never anything else at the URL)."""
-    listed = set(new.shards.paths)
-    for path in old.shards.paths:
+    listed = {path for path, _, _ in new.shard_files()}
+    for path, _, _ in old.shard_files():
         if path not in listed:
             any_error(lambda: location.fs.rm_file(location.path(path)))
