@@ -3,7 +3,8 @@
 It reads each field it is asked for as the dataset of one payload that field's column is: one
 ShardRecords per column, each with its own ShardCache, sharing the index arithmetic (every column
 has the same shards). So every check of the read path applies per field, and a field not asked
-for is never opened: its files are not touched."""
+for is never opened: its files are not touched. The dataset's `max_open_shards` bounds the files
+of all its columns together: each column's cache gets an equal share of it (at least one)."""
 from __future__ import annotations
 
 import os
@@ -22,7 +23,7 @@ from ..schema import FieldSpec
 from .cache import CacheInfo, ShardCache
 from .dataset import ClassNames
 from .indices import sample_index, sample_indices
-from .shards import ShardRecords
+from .shards import ShardRecords, default_budget
 
 #: A sample's stored records, one per column read.
 Record = Dict[str, Encoded]
@@ -46,6 +47,11 @@ class FieldCaches:
         for cache in self.caches.values():
             cache.close()
 
+    @property
+    def capacity(self) -> int:
+        """Files kept open at most, every column's together."""
+        return sum(cache.capacity for cache in self.caches.values())
+
     def info(self) -> Dict[str, CacheInfo]:
         """Each column's CacheInfo: what it holds open in this process."""
         return {column: cache.info() for column, cache in self.caches.items()}
@@ -65,8 +71,15 @@ class FieldsDataset(ClassNames, torch.utils.data.Dataset):
         self.as_tuple = fields is not None
         self.decode, self.transform, self.return_key = decode, transform, return_key
         columns = [column for spec in self.specs for column in spec.columns]
+        if max_open_shards is None:
+            max_open_shards = default_budget(verify_checksums == "full", self.manifest.shards.sizes)
+        if max_open_shards < 1:
+            raise UsageError("max_open_shards must be at least 1")
+        #: Files kept open per process, every column's together (each column's cache a share of it).
+        self.max_open_shards = max_open_shards
+        share = max(1, max_open_shards // len(columns))
         self.records = {column: ShardRecords(self.root, verify_checksums=verify_checksums,
-                                             max_open_shards=max_open_shards, _manifest=view, **format_options)
+                                             max_open_shards=share, _manifest=view, **format_options)
                         for column, view in column_views(self.manifest, columns).items()}
         self.shard_cache = FieldCaches({column: records.shard_cache for column, records in self.records.items()})
         first = next(iter(self.records.values()))

@@ -74,7 +74,7 @@ class ShardRecords:
             raise UsageError(f"verify_checksums must be False, True or 'full', not {verify_checksums!r}")
         shards = self.manifest.shards
         if max_open_shards is None:
-            max_open_shards = _default_budget(verify_checksums == "full", shards.sizes)
+            max_open_shards = default_budget(verify_checksums == "full", shards.sizes)
         if max_open_shards < 1:
             raise UsageError("max_open_shards must be at least 1")
         if self.remote_cache is not None and self.remote_cache.limit < int(shards.sizes.sum()):
@@ -225,7 +225,7 @@ def _owned(encoded: Encoded) -> Encoded:
     return encoded
 
 
-def _default_budget(full: bool, sizes: np.ndarray) -> int:
+def default_budget(full: bool, sizes: np.ndarray) -> int:
     """The process's budget; with verify_checksums="full" (a private copy of each open shard in
     memory) also no more of the largest shards than half of physical memory holds."""
     budget = process_budget()

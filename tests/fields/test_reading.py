@@ -61,6 +61,34 @@ def test_one_field_reads_only_its_own_files(dataset: Path) -> None:
             assert f".{other}." not in held
 
 
+def shard_files_open(dataset: Path) -> int:
+    """The dataset's shard files that descriptors of this process are open on."""
+    folder = str(dataset / "shards")
+    links = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+             if os.path.exists(f"/proc/self/fd/{fd}")]
+    return len({link for link in links if link.startswith(folder)})
+
+
+def test_every_fields_files_count_against_one_max_open_shards(dataset: Path) -> None:
+    """Six columns (image, caption, label, boxes, boxes.shape, meta) of four shards, read across
+    the shards with max_open_shards=6: at no time more than 6 files open, every column's together.
+    Mutation: giving each column's cache the whole max_open_shards fails this test."""
+    with shardkit.open_dataset(dataset, max_open_shards=6, decode=None) as ds:
+        assert ds.max_open_shards == 6 and ds.shard_cache.capacity == 6
+        most = 0
+        for index in [shard * 8 + local for local in range(2) for shard in range(4)]:
+            assert ds[index]["caption"] == f"caption {index}".encode()
+            infos = ds.shard_cache.info().values()
+            most = max(most, sum(len(set(info.open) | set(info.placed)) for info in infos))
+            assert shard_files_open(dataset) <= 6
+        assert most == 6
+    with shardkit.open_dataset(dataset, fields=("caption",), max_open_shards=2) as ds:
+        assert [ds[i] for i in (0, 8, 16, 24)] == [(f"caption {n}",) for n in (0, 8, 16, 24)]
+        assert len(ds.field_caches["caption"].info().open) == 2
+    with pytest.raises(UsageError, match="max_open_shards"):
+        shardkit.open_dataset(dataset, max_open_shards=0)
+
+
 def test_decode_per_field_and_as_stored(dataset: Path) -> None:
     ds = shardkit.open_dataset(dataset, decode={"image": "tensor", "boxes": "tensor"})
     sample = ds[4]

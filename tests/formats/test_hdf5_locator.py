@@ -47,12 +47,15 @@ def same_samples(path: Path, schema: SampleSchema) -> None:
 
 @pytest.mark.parametrize("golden", V3, ids=[path.name for path in V3])
 def test_located_reads_equal_h5py_reads_for_every_layout(golden: Path) -> None:
+    """Every shard file: a dataset's, or each field's of a dataset of named fields."""
     ds = shardkit.open_dataset(golden, decode=None)
-    for entry in ds.manifest.shards:
-        same_samples(golden / entry.path, ds.manifest.schema)
-    if ds.manifest.schema.compression == "none":
-        reader = ds.shard_cache.reader(0)
-        assert reader._file is None and reader._mmap is not None   # opened without h5py
+    columns = [ds] if ds.manifest.fields is None else list(ds.records.values())
+    for column in columns:
+        for entry in column.manifest.shards:
+            same_samples(golden / entry.path, column.manifest.schema)
+        if column.manifest.schema.compression == "none":
+            reader = column.shard_cache.reader(0)
+            assert reader._file is None and reader._mmap is not None   # opened without h5py
     ds.close()
 
 

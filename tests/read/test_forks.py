@@ -57,11 +57,15 @@ def test_a_child_keeps_map_only_readers_and_opens_the_rest(images_dataset: Path,
 
 @pytest.mark.parametrize("name", sorted(path.name for path in GOLDEN.iterdir() if (path / "manifest.json").exists()))
 def test_which_readers_a_fork_keeps_by_format_and_version(name: str) -> None:
-    """What docs/training.md promises: uncompressed HDF5 shards of every version, .pt from version 3."""
+    """What docs/training.md promises: uncompressed HDF5 shards of every version, .pt from version 3
+    (each field's files of a dataset of named fields alike)."""
     fmt, version = name.split("-")[:2]
     kept = fmt == "hdf5" and "gzip" not in name and "lzf" not in name or fmt == "pt" and version == "v3"
     with shardkit.open_dataset(GOLDEN / name, decode=None) as ds:
-        assert ds.shard_cache.reader(0).inheritable == kept
+        caches = [ds.shard_cache] if ds.manifest.fields is None else list(ds.field_caches.values())
+        for cache in caches:
+            with cache:
+                assert cache.reader(0).inheritable == kept
 
 
 def test_a_child_forked_while_a_thread_holds_the_cache_reads_without_waiting(images_dataset: Path) -> None:
