@@ -119,10 +119,12 @@ def duplicates(dsts: Sequence[str], pixels: bool = False, across: bool = False, 
         if seen.setdefault(os.path.realpath(dst), dst) != dst or dsts.count(dst) > 1:
             raise UsageError("is given twice (each dataset is compared with itself already)", path=dst)
     datasets = [open_dataset(dst, decode=None) for dst in dsts]
-    if pixels:
-        for dst, ds in zip(dsts, datasets):
-            if ds.manifest.schema.kind != "image":
-                raise UsageError("--pixels compares images; this dataset holds table rows", path=dst)
+    for dst, ds in zip(dsts, datasets):
+        if ds.manifest.fields is not None:
+            raise UsageError("holds samples of named fields; duplicates compares datasets of one payload "
+                             "per sample", path=dst)
+        if pixels and ds.manifest.schema.kind != "image":
+            raise UsageError("--pixels compares images; this dataset holds table rows", path=dst)
     report = DuplicatesReport(dsts, [len(ds) for ds in datasets], pixels, across)
     try:
         found = [("stored", refs) for refs in _stored_groups(dsts, datasets, workers, quiet, memory_rows,

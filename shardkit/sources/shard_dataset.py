@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from ..errors import CorruptSampleError, CorruptShardError
+from ..errors import CorruptSampleError, CorruptShardError, UsageError
 from ..formats import SampleChecks, ShardReader, get_format, open_checked, recorded_options
 from ..manifest import Manifest, load_manifest
 from ..options import PlanOptions, ReshardOptions, RunOptions
@@ -57,6 +57,9 @@ class ShardDatasetSource(Source):
     def open(cls, src: str, options: ReshardOptions, run: RunOptions) -> "ShardDatasetSource":
         """The dataset at src (its options class admits no sample option)."""
         manifest = load_manifest(src)
+        if manifest.fields is not None:
+            raise UsageError("holds samples of named fields; a dataset is re-sharded, converted to another "
+                             "format or copied filtered only when it holds one payload per sample", path=src)
         get_format(manifest.format_name)
         return cls(os.path.abspath(src), manifest, options)
 

@@ -188,3 +188,19 @@ def test_wrong_fields_and_datasets_are_usage_errors(dataset: Path, dataset_dir: 
         shardkit.ShardDataset(dataset)
     with pytest.raises(UsageError, match="fields= applies to datasets of named fields"):
         shardkit.open_dataset(dataset_dir, fields=("image",))
+
+
+def test_mixed_datasets_of_fields_tag_each_sample_with_its_source(dataset: Path) -> None:
+    """MixedDataset takes datasets of fields as it takes any: a dict gains "__source__", a tuple
+    its source number last, and each sample is its source's own."""
+    captions = shardkit.open_dataset(dataset, fields=("caption", "meta"))
+    whole = shardkit.open_dataset(dataset, decode=None)
+    mixed = shardkit.MixedDataset([captions, whole], [1, 1], num_samples=12)
+    order = list(mixed.sampler)
+    for index, sample in zip(order, mixed.__getitems__(order)):
+        source, local = mixed.locate(index)
+        if source == 0:
+            assert sample == (f"caption {local}", {"n": local}, 0)
+        else:
+            assert sample["__source__"] == 1 and sample["caption"] == f"caption {local}".encode()
+    assert {mixed.locate(index)[0] for index in order} == {0, 1}
