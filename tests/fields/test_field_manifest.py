@@ -111,3 +111,57 @@ def test_field_specs_check_what_they_hold() -> None:
             FieldSpec.from_dict(bad)
     with pytest.raises(UsageError, match="twice"):
         SampleSchema.of_fields([FieldSpec("a", "text"), FieldSpec("a", "int")])
+
+
+def _claims_many(data: Dict[str, Any]) -> None:
+    """The last shard claims 400 million samples; the totals and table sizes resealed to match."""
+    data["shards"][-1]["num_samples"] = 400_000_000
+    data["num_samples"] = sum(shard["num_samples"] for shard in data["shards"])
+    for entry in data["sample_tables"].values():
+        entry["size"] = 12 * data["num_samples"]
+
+
+def _claims_what_only_all_files_hold(data: Dict[str, Any]) -> None:
+    """The last shard claims as many samples as its files' sizes together hold at 12 bytes a
+    sample: more than any one field's file holds, and each is an ordinary shard."""
+    last = data["shards"][-1]
+    last["num_samples"] = sum(item["size"] for item in last["files"].values()) // 12
+    data["num_samples"] = sum(shard["num_samples"] for shard in data["shards"])
+    for entry in data["sample_tables"].values():
+        entry["size"] = 12 * data["num_samples"]
+
+
+def _nul_path(data: Dict[str, Any]) -> None:
+    data["shards"][0]["files"]["boxes"]["path"] = "shards/shard-00000.boxes.h5\0.x"
+
+
+def _long_class(data: Dict[str, Any]) -> None:
+    data["classes"] = ["x" * ((1 << 16) + 1)]
+
+
+@pytest.mark.parametrize("damage, reason", [(_claims_many, "claims 400000000 samples in"),
+                                            (_claims_what_only_all_files_hold, r"claims \d+ samples in"),
+                                            (_nul_path, "unsafe shard path"),
+                                            (_long_class, "class name is longer than")])
+def test_layout_2_claims_are_bounded_as_layout_1s_are(written: Dict[str, Any], tmp_path: Path,
+                                                      damage: Callable[[Dict[str, Any]], None], reason: str) -> None:
+    """What a layout-1 manifest may claim is bounded the same way in each field's files, before
+    anything is allocated from it. Mutation: Manifest.check_consistency leaving out the columns."""
+    data = copy.deepcopy(written)
+    damage(data)
+    dst = tmp_path / "ds"
+    (dst / "manifest.json").write_text(json.dumps(resealed(data)))
+    with pytest.raises(ManifestError, match=reason) as caught:
+        shardkit.open_dataset(dst)
+    assert str(caught.value).startswith(str(dst / "manifest.json"))
+
+
+def test_too_many_shards_of_fields_are_refused_before_any_is_parsed(
+        written: Dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shard-count bound (lowered to 2 here) holds for layout 2's shard list too."""
+    import shardkit.shard_table
+    monkeypatch.setattr(shardkit.shard_table, "MAX_SHARDS", 2, raising=False)
+    dst = tmp_path / "ds"
+    (dst / "manifest.json").write_text(json.dumps(written))
+    with pytest.raises(ManifestError, match="lists 3 shards, more than the 2"):
+        load_manifest(dst)
