@@ -48,6 +48,10 @@ class CommitPipeline:
         done = self._collect(block=len(self._pending) >= self._threads)
         return done
 
+    def poll(self) -> List[ShardResult]:
+        """The results of commits done by now, without waiting."""
+        return self._collect(block=False) if self._pending else []
+
     def _cancelled(self) -> bool:
         return self._stopping.is_set() or self._interrupted()
 

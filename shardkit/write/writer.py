@@ -145,6 +145,8 @@ class Writer:
             key = self._key_of(sample, position)
         if self._schema is None:
             self._set_schema(SampleSchema.of_fields([_inferred(name, value, key) for name, value in sample.items()]))
+        if self._committing:        # a shard committed by now gets its done record now, not at the next seal
+            self._collect(self._pipeline.poll())
         self._push(self._encode(sample, key))
 
     def skip(self, path: str, reason: str, at_scan: bool = False) -> None:

@@ -22,10 +22,11 @@ KILLER = textwrap.dedent("""
     dst, wait_for = sys.argv[1], sys.argv[2]
     def samples():
         for n in range(100):
-            if n == 80:     # shards sealed by now: wait until one is committed, then die at once
-                while not os.path.exists(os.path.join(dst, ".shardkit", "done", wait_for)):
-                    time.sleep(0.01)
-                os.kill(os.getpid(), signal.SIGKILL)
+            if n >= 80:     # shards sealed by now: die at once when one is recorded as committed
+                for _ in range(100):
+                    if os.path.exists(os.path.join(dst, ".shardkit", "done", wait_for)):
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    time.sleep(0.01)    # the writer records a finished commit at its next write()
             yield {"n": n, "text": "x" * n}
     shardkit.write(samples(), dst, samples_per_shard=10, shuffle_buffer=7, seed=3)
 """)
@@ -41,7 +42,8 @@ def files_of(root: Path) -> Dict[str, bytes]:
 
 def killed_run(dst: Path, wait_for: str = "shard-00003.fields.json") -> None:
     env = {**os.environ, "SOURCE_DATE_EPOCH": "1700000000"}
-    done = subprocess.run([sys.executable, "-c", KILLER, str(dst), wait_for], env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", KILLER, str(dst), wait_for], env=env, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == -9, done.stderr
     assert not (dst / "manifest.json").exists() and (dst / ".shardkit").is_dir()
 
