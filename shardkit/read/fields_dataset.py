@@ -8,7 +8,7 @@ of all its columns together: each column's cache gets an equal share of it (at l
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch.utils.data
 
@@ -166,6 +166,9 @@ class FieldsDataset(ClassNames, torch.utils.data.Dataset):
     def open_shards(self) -> int:
         """Open the first max_open_shards shards of every column read (ShardRecords.open_shards)."""
         return self.shard_cache.prepare()
+
+    def prefetch(self, shards: Iterable[int]) -> None:
+        """Nothing to fetch: a dataset of named fields is read from local disk (ShardRecords.prefetch)."""
 
     def close(self) -> None:
         self.shard_cache.close()

@@ -56,7 +56,10 @@ def test_the_python_reference_lists_every_public_name() -> None:
     for path in listed:
         module, _, name = path.rpartition(".")
         if name in shardkit.__all__:
-            assert getattr(shardkit, name) is getattr(__import__(module, fromlist=[name]), name), path
+            public, documented = getattr(shardkit, name), getattr(__import__(module, fromlist=[name]), name)
+            # shardkit.write is a thin function in shardkit/__init__.py (its name is also a subpackage's)
+            assert public is documented or (public.__module__ == "shardkit" and public.__name__ == name
+                                             and public.__doc__ and path in public.__doc__), path
 
 
 def test_readme_links_are_absolute_and_resolve() -> None:
