@@ -38,8 +38,12 @@ def absolute(path: str) -> str:
 
 def replay_options(manifest: Manifest, where: str) -> Dict[str, Any]:
     """convert() keywords that rebuild the plan of manifest's dataset (its part included);
-    UsageError for a dataset written before its options were recorded."""
+    UsageError for a dataset written before its options were recorded, or by shardkit.Writer."""
     recorded = manifest.source.get("options")
+    if manifest.fields is not None:
+        raise UsageError("a dataset of named fields is written by shardkit.Writer, not converted from SRC: "
+                         "append and repair take converted datasets; write it again (a Writer continues "
+                         "after its sealed shards, docs/fields.md)", path=where)
     if not isinstance(recorded, dict):
         raise UsageError("the manifest records no conversion options (written by an older shardkit); "
                          "repair it with `shardkit convert SRC DST --resume` and the options it was "

@@ -116,6 +116,24 @@ def test_a_manifest_without_recorded_options_is_refused(tmp_path: Path) -> None:
                                    "the options it was converted with"]
 
 
+@pytest.mark.parametrize("command", ["repair", "append"])
+def test_a_dataset_written_by_the_writer_is_refused_for_what_it_is(tmp_path: Path, command: str) -> None:
+    """A dataset of named fields records no conversion to replay: repair and --append say so, and
+    DST is untouched."""
+    src = tmp_path / "src"
+    make_tiny_tree(src, 6)
+    dst = tmp_path / "fields"
+    shardkit.write([{"text": f"t{n}"} for n in range(5)], dst, {"text": "text"})
+    before = tree_bytes(dst)
+    args = ("repair", dst, "--from", src) if command == "repair" else ("convert", src, dst, "--append")
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert_no_traceback(result)
+    [line] = error_lines(result)
+    assert line.startswith(f"error: {dst}: a dataset of named fields is written by shardkit.Writer"), line
+    assert tree_bytes(dst) == before
+
+
 def test_repair_of_a_path_that_is_no_dataset_is_a_usage_error(tmp_path: Path) -> None:
     src, dst, _ = _converted(tmp_path)
     assert run_cli("repair", tmp_path / "nothing", "--from", src).returncode == 2
