@@ -13,6 +13,7 @@ import pytest
 import shardkit
 from shardkit import integrity
 from shardkit.write import journal
+from shardkit.write import sink as SINK
 from shardkit.errors import ConversionError
 
 
@@ -38,7 +39,7 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> List[Tuple[str, str]]:
         real_done(self, stem, record)
 
     monkeypatch.setattr(integrity, "fsync_path", fsync_path)
-    monkeypatch.setattr("shardkit.write.sink.fsync_path", fsync_path)
+    monkeypatch.setattr(SINK, "fsync_path", fsync_path)
     monkeypatch.setattr(integrity.os, "replace", replace)
     monkeypatch.setattr(journal.Journal, "write_done", write_done)
     return events
@@ -71,7 +72,7 @@ def test_a_failed_commit_names_the_shard_and_records_nothing_for_it(image_tree: 
             raise OSError(5, "Input/output error")
         real_fsync(path)
 
-    monkeypatch.setattr("shardkit.write.sink.fsync_path", failing)
+    monkeypatch.setattr(SINK, "fsync_path", failing)
     dst = tmp_path / "out"
     with pytest.raises(ConversionError, match=r"shard-00004\.h5: cannot write shard 4 .*Input/output error"):
         shardkit.convert(str(image_tree), str(dst), format="hdf5", samples_per_shard=3, workers=1, quiet=True)
@@ -115,7 +116,7 @@ def test_done_records_lost_or_torn_by_a_crash_only_make_resume_redo_their_shards
     dst, fresh = tmp_path / "out", tmp_path / "fresh"
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     with monkeypatch.context() as patched:
-        patched.setattr("shardkit.write.sink.fsync_path", failing)
+        patched.setattr(SINK, "fsync_path", failing)
         with pytest.raises(ConversionError):
             shardkit.convert(str(image_tree), str(dst), format="hdf5", samples_per_shard=3, workers=1, quiet=True)
     done = dst / ".shardkit" / "done"

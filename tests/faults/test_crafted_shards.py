@@ -16,7 +16,7 @@ import pytest
 import shardkit
 from shardkit.errors import CorruptShardError, ManifestError
 from shardkit.formats import get_format, recorded_options
-from shardkit.manifest import load_manifest
+from shardkit.manifest import FIELDS_MANIFEST_VERSION, MANIFEST_VERSION, load_manifest
 
 from .crafting import CASES, CRAFTERS, PWNED, forge_manifest, reseal
 from .helpers import cli_env, make_tiny_tree, shard_paths
@@ -118,12 +118,13 @@ def test_no_pickle_on_the_read_path(small_tree: Path, tmp_path: Path) -> None:
         dst = tmp_path / name
         shardkit.convert(str(small_tree), str(dst), format=name, samples_per_shard=8, quiet=True)
         datasets.append(str(dst))
+    # torch first: its import subclasses pickle.Unpickler where dill is installed (a test extra's dependency)
     code = f"""
+import torch
 import pickle
 def trap(*a, **k):
     raise SystemExit("pickle was used on the read path")
 pickle.loads = pickle.load = pickle.Unpickler = trap
-import torch
 real_load = torch.load
 def guarded(*a, **k):
     if k.get("weights_only") is not True:
@@ -158,7 +159,8 @@ def test_manifest_paths_cannot_leave_dst(dataset: Path, path: str) -> None:
 
 
 def test_newer_manifest_version_is_refused(dataset: Path) -> None:
-    forge_manifest(dataset, lambda data: data.update(manifest_version=data["manifest_version"] + 1))
+    newest = max(MANIFEST_VERSION, FIELDS_MANIFEST_VERSION)
+    forge_manifest(dataset, lambda data: data.update(manifest_version=newest + 1))
     with pytest.raises(ManifestError, match="newer than this shardkit reads"):
         shardkit.open_dataset(dataset)
     report = shardkit.verify(str(dataset))
