@@ -48,8 +48,8 @@ import shardkit.read.dataset
 writing = [0.0]
 if op == "convert":
     shutil.rmtree(dst, ignore_errors=True)
-    import shardkit.write.conversion
-    write_shard_file = shardkit.write.conversion.write_shard_file
+    import shardkit.writing.conversion
+    write_shard_file = shardkit.writing.conversion.write_shard_file
 
     def timed_write(*args, **kwargs):
         began = time.perf_counter()
@@ -57,7 +57,7 @@ if op == "convert":
             return write_shard_file(*args, **kwargs)
         finally:
             writing[0] += time.perf_counter() - began
-    shardkit.write.conversion.write_shard_file = timed_write      # in this process: --workers 1
+    shardkit.writing.conversion.write_shard_file = timed_write      # in this process: --workers 1
 if op == "quick-own":
     # verify --quick with a peek that costs nothing (the manifest's own values): what verify
     # itself spends per shard (stat, open, checks), whatever the format's peek costs

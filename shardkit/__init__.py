@@ -16,7 +16,7 @@ __version__ = "0.1.0"  # the one version source: pyproject.toml reads it
 
 if TYPE_CHECKING:      # type checkers see the real objects; at run time they load on first use
     from .read.batches import RawBatch, collate_raw  # noqa: F401
-    from .write.conversion import ConvertReport, convert  # noqa: F401
+    from .writing.conversion import ConvertReport, convert  # noqa: F401
     from .read.dataset import HDF5Dataset, LMDBDataset, PTDataset, ShardDataset, open_dataset  # noqa: F401
     from .read.cache import worker_init_fn  # noqa: F401
     from .ops.duplicates import DuplicatesReport, duplicates  # noqa: F401
@@ -25,15 +25,15 @@ if TYPE_CHECKING:      # type checkers see the real objects; at run time they lo
     from .ops.push import PushReport, push  # noqa: F401
     from .read.mixing import MixedDataset  # noqa: F401
     from .read.sampler import ShardAwareSampler  # noqa: F401
-    from .write.repair_run import RepairReport, repair  # noqa: F401
+    from .writing.repair_run import RepairReport, repair  # noqa: F401
     from .ops.verification import VerifyReport, verify  # noqa: F401
     from .read.fields_dataset import FieldsDataset  # noqa: F401
     from .read.field_collate import collate_fields  # noqa: F401
     from .schema import FieldSpec  # noqa: F401
-    from .write.writer import Writer  # noqa: F401
+    from .writing.writer import Writer, write  # noqa: F401
 
 _LAZY = {
-    "ConvertReport": "shardkit.write.conversion",
+    "ConvertReport": "shardkit.writing.conversion",
     "DuplicatesReport": "shardkit.ops.duplicates",
     "FieldSpec": "shardkit.schema",
     "FieldsDataset": "shardkit.read.fields_dataset",
@@ -44,38 +44,27 @@ _LAZY = {
     "PullReport": "shardkit.ops.pull",
     "PushReport": "shardkit.ops.push",
     "RawBatch": "shardkit.read.batches",
-    "RepairReport": "shardkit.write.repair_run",
+    "RepairReport": "shardkit.writing.repair_run",
     "ShardAwareSampler": "shardkit.read.sampler",
     "ShardDataset": "shardkit.read.dataset",
     "ShardStream": "shardkit.read.stream",
     "VerifyReport": "shardkit.ops.verification",
     "collate_fields": "shardkit.read.field_collate",
     "collate_raw": "shardkit.read.batches",
-    "convert": "shardkit.write.conversion",
+    "convert": "shardkit.writing.conversion",
     "duplicates": "shardkit.ops.duplicates",
     "merge": "shardkit.ops.merging",
     "open_dataset": "shardkit.read.dataset",
     "pull": "shardkit.ops.pull",
     "push": "shardkit.ops.push",
     "random_split": "shardkit.read.splits",
-    "repair": "shardkit.write.repair_run",
+    "repair": "shardkit.writing.repair_run",
     "train_val_split": "shardkit.read.splits",
     "verify": "shardkit.ops.verification",
     "worker_init_fn": "shardkit.read.cache",
-    "Writer": "shardkit.write.writer",
+    "Writer": "shardkit.writing.writer",
+    "write": "shardkit.writing.writer",
 }
-
-
-# The subpackage shardkit.write (docstring only) is imported first, so that its import can never
-# replace the function shardkit.write below, which shares its name.
-from . import write as _write_path  # noqa: E402,F401
-
-
-def write(samples: Any, dst: Any, fields: Any = None, **options: Any) -> Any:  # noqa: F811
-    """Write an iterable of samples (dicts of named fields) as a dataset at DST; the ConvertReport.
-    The options are Writer's (docs/fields.md); this is shardkit.write.writer.write."""
-    from .write.writer import write as write_samples
-    return write_samples(samples, dst, fields, **options)
 
 
 def __getattr__(name: str) -> Any:

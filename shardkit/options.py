@@ -302,7 +302,7 @@ class ReshardOptions(SourceOptions):
 
 @dataclass(frozen=True)
 class FieldSourceOptions(SourceOptions):
-    """SRC as a source of samples of named fields (write/field_convert.py, docs/fields.md): which
+    """SRC as a source of samples of named fields (writing/field_convert.py, docs/fields.md): which
     one it is, and a sidecar tree's label field."""
 
     applies_to = "a source of named fields (--sidecars, --image-column)"

@@ -3,7 +3,7 @@ in global index order (formats/manifest.md, "Sample table").
 
 A random read over thousands of shards otherwise touches each shard's own small label and CRC
 tables, scattered over memory; one shared table per dataset costs the same at any shard count.
-convert and merge write it from the shards' own tables (write/table_writer.py), the manifest
+convert and merge write it from the shards' own tables (writing/table_writer.py), the manifest
 records its size and sha256, a process maps it read-only once (the page cache shares it between
 DataLoader workers), and a reader compares it with each shard's own tables when the shard opens,
 so a read takes only values equal to what the shard stores.

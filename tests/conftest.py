@@ -70,7 +70,7 @@ def image_files(root: Path) -> list:
 def files_in_dataset_order(root: Path, dst: Path) -> list:
     """image_files(root) in the order DST stores them (its manifest's recorded order)."""
     from shardkit.manifest import load_manifest
-    from shardkit.write.plan import planned_order
+    from shardkit.writing.plan import planned_order
     files = image_files(root)
     order = planned_order(len(files), load_manifest(str(dst)).order or {"kind": "source"})
     return files if order is None else [files[item] for item in order.tolist()]

@@ -8,8 +8,8 @@ import click
 from ..option_types import OptionSpec
 from ..options import option_specs
 from ..units import format_size
-from ..write.conversion import convert
-from ..write.skip_log import describe_leftovers
+from ..writing.conversion import convert
+from ..writing.skip_log import describe_leftovers
 from .output import echo_json
 
 #: click's type for each kind of option value (options.KINDS); flags and switches are click's boolean flags.

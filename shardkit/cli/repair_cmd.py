@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..write.repair_run import repair
+from ..writing.repair_run import repair
 from .output import echo_json, report_options
 
 

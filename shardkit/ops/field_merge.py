@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Tuple
 
 from ..integrity import atomic_write_bytes, fsync_path
 from ..manifest import SHARDS_DIR, SKIPPED_NAME, Manifest
-from ..write.writer_finish import field_files, write_tables
+from ..writing.writer_finish import field_files, write_tables
 from .merging import place_file
 
 

@@ -15,8 +15,8 @@ from typing import Any, Dict, List, Sequence
 from ..errors import DestinationExistsError, ManifestError, UsageError
 from ..integrity import atomic_write_bytes, fsync_path
 from ..manifest import RUN_SUMMARY_KEYS, SHARDS_DIR, SKIPPED_NAME, Manifest, ShardEntry, load_manifest
-from ..write.skip_log import SkipLog, merged_log
-from ..write.table_writer import write_sample_table
+from ..writing.skip_log import SkipLog, merged_log
+from ..writing.table_writer import write_sample_table
 
 
 @dataclass

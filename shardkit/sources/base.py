@@ -103,7 +103,7 @@ class Source(abc.ABC):
         order[position] when given), one per shard, each taking at most max_bytes as the format
         stores it (sample_bytes). Sources whose items are too many to list (CSV rows) override
         this with their own deterministic cut."""
-        from ..write.plan import cut_shards
+        from ..writing.plan import cut_shards
         sizes = sample_bytes(self.item_sizes())
         return cut_shards(sizes if order is None else sizes[order], max_bytes, max_items)
 

@@ -12,7 +12,7 @@ import pytest
 
 _CHILD = """
 import json, resource, sys
-import h5py, numpy, shardkit, shardkit.write.conversion
+import h5py, numpy, shardkit, shardkit.writing.conversion
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 report = shardkit.convert(sys.argv[1], sys.argv[2], label_column="label", shard_size="1MB", quiet=True)
 print(json.dumps({"before_kib": before, "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,

@@ -231,7 +231,7 @@ def _resealed_table(dst: Path, manifest: Any) -> Optional[dict]:
     opens, none at all (the attacker drops it, so readers have only the shards to go by)."""
     from shardkit.errors import CorruptShardError
     from shardkit.sample_table import TABLE_NAME
-    from shardkit.write.table_writer import write_sample_table
+    from shardkit.writing.table_writer import write_sample_table
     if manifest.sample_table is None:       # it had none (LMDB image records): opening no shard here
         return None
     try:

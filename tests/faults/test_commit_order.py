@@ -12,8 +12,8 @@ import pytest
 
 import shardkit
 from shardkit import integrity
-from shardkit.write import journal
-from shardkit.write import sink as SINK
+from shardkit.writing import journal
+from shardkit.writing import sink as SINK
 from shardkit.errors import ConversionError
 
 
@@ -85,8 +85,8 @@ def test_a_failed_commit_names_the_shard_and_records_nothing_for_it(image_tree: 
 def test_a_stopped_run_drops_commits_before_their_rename(tmp_path: Path) -> None:
     """Ctrl-C while shards commit: a commit not yet at its rename removes its file and records
     nothing, so the stopped run counts no shard it had not finished (--resume redoes it)."""
-    from shardkit.write.plan import ShardTask
-    from shardkit.write.sink import ShardResult, WrittenShard
+    from shardkit.writing.plan import ShardTask
+    from shardkit.writing.sink import ShardResult, WrittenShard
 
     (tmp_path / "shards").mkdir()
     journal.Journal(tmp_path).done_dir.mkdir(parents=True)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 import shardkit
 from shardkit.cli import main
 from shardkit.codecs import fields as field_codec
-from shardkit.write import writer as writer_module
+from shardkit.writing import writer as writer_module
 
 from .conftest import png_bytes
 

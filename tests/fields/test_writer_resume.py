@@ -13,7 +13,7 @@ import pytest
 
 import shardkit
 from shardkit.errors import UsageError
-from shardkit.write.shuffle import ShuffleBuffer
+from shardkit.writing.shuffle import ShuffleBuffer
 
 OPTIONS = {"samples_per_shard": 10, "shuffle_buffer": 7, "seed": 3}
 KILLER = textwrap.dedent("""

@@ -57,10 +57,7 @@ def test_the_python_reference_lists_every_public_name() -> None:
         module, _, name = path.rpartition(".")
         if name in shardkit.__all__:
             public, documented = getattr(shardkit, name), getattr(__import__(module, fromlist=[name]), name)
-            # shardkit.write is a thin function in shardkit/__init__.py (its name is also a subpackage's)
-            thin_wrapper = public.__module__ == "shardkit" and public.__name__ == name \
-                and path in (public.__doc__ or "")
-            assert public is documented or thin_wrapper, path
+            assert public is documented, path
 
 
 def test_readme_links_are_absolute_and_resolve() -> None:

@@ -15,7 +15,7 @@ from shardkit.cli import main
 from shardkit.options import ReshardOptions, RunOptions
 from shardkit.formats import format_names
 from shardkit.manifest import Manifest, ShardEntry
-from shardkit.write.plan import cut_shards
+from shardkit.writing.plan import cut_shards
 from shardkit.schema import SampleSchema
 from shardkit.sources.shard_dataset import ShardDatasetSource
 

@@ -13,7 +13,7 @@ from typing import Dict
 import pytest
 
 from shardkit.errors import LockedError
-from shardkit.write.journal import Journal
+from shardkit.writing.journal import Journal
 from tests.faults.helpers import cli_env
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork is chosen on Linux only")
@@ -92,7 +92,7 @@ def test_a_forked_child_does_not_keep_dst_locked_after_its_parent_is_gone(tmp_pa
     child_pid_file = tmp_path / "child.pid"
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import os, time
-        from shardkit.write.journal import Journal
+        from shardkit.writing.journal import Journal
         journal = Journal({str(dst)!r})
         journal.lock()
         pid = os.fork()

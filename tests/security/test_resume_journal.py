@@ -29,7 +29,7 @@ def interrupted(tmp_path: Path) -> Tuple[Path, Dict[str, Any]]:
 
 def resume_with(tmp_path: Path, edit: Callable[[Dict[str, Any], Path], None]) -> Dict[str, Any]:
     """Kill-like state: journal with done records (edited), no manifest; then --resume."""
-    from shardkit.write.sink import ShardResult
+    from shardkit.writing.sink import ShardResult
     dst, manifest = interrupted(tmp_path)
     # Rebuild the journal a killed run leaves: plan.json and one done record per shard.
     journal_dir = dst / ".shardkit"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shardkit.write.commit import CommitPipeline
-from shardkit.write.plan import ShardTask
-from shardkit.write.sink import ShardResult, WrittenShard
+from shardkit.writing.commit import CommitPipeline
+from shardkit.writing.plan import ShardTask
+from shardkit.writing.sink import ShardResult, WrittenShard
 
 
 def _written(dst: Path, number: int) -> WrittenShard:

@@ -11,34 +11,34 @@ PACKAGE = Path(__file__).resolve().parents[2] / "shardkit"
 
 LAYERS = {
     "errors": 0, "units": 0, "records": 0, "schema": 0, "order": 0, "format_registry": 0,
-    "runtime": 0, "write": 0, "read": 0, "ops": 0, "remote": 0,  # the groups' __init__ modules (docstrings only)
+    "runtime": 0, "writing": 0, "read": 0, "ops": 0, "remote": 0,  # the groups' __init__ modules (docstrings only)
     "integrity": 1, "manifest": 1, "codecs": 1, "samples": 1, "shard_table": 1, "sample_table": 1,
     "options": 1, "option_types": 1,
-    "write.plan": 1, "write.journal": 1, "write.skip_log": 1, "read.indices": 1, "read.shared_buffers": 1,
+    "writing.plan": 1, "writing.journal": 1, "writing.skip_log": 1, "read.indices": 1, "read.shared_buffers": 1,
     "read.budget": 1,
     "runtime.progress": 1, "runtime.interrupt": 1, "runtime.workers": 1, "runtime.isolation": 1, "runtime.forks": 1,
     "runtime.fault_points": 1,
     "remote.location": 1, "remote.retry": 1, "remote.transfer": 2, "remote.cache_folder": 2, "remote.cache": 3,
     "sources": 2, "formats": 2,
-    "write.sink": 3, "write.commit": 3, "write.conversion_plan": 3, "write.session": 3, "write.runner": 3,
-    "write.parallel": 3, "write.ray_executor": 3, "write.table_writer": 3, "write.recorded_options": 2,
-    "write.repair_diagnosis": 3, "write.append_inputs": 3, "write.append": 4,
+    "writing.sink": 3, "writing.commit": 3, "writing.conversion_plan": 3, "writing.session": 3, "writing.runner": 3,
+    "writing.parallel": 3, "writing.ray_executor": 3, "writing.table_writer": 3, "writing.recorded_options": 2,
+    "writing.repair_diagnosis": 3, "writing.append_inputs": 3, "writing.append": 4,
     "read.row_arena": 3, "read.watch": 3, "read.cache": 3,
     "ops.shard_checks": 3, "ops.key_table": 3,
-    "write.conversion": 4, "write.repair": 4, "ops.verification": 4, "ops.info": 4, "ops.merging": 4,
-    "ops.pull": 4, "ops.push": 5, "write.repair_run": 5,
+    "writing.conversion": 4, "writing.repair": 4, "ops.verification": 4, "ops.info": 4, "ops.merging": 4,
+    "ops.pull": 4, "ops.push": 5, "writing.repair_run": 5,
     "read.shards": 4, "read.dataset": 4, "read.batches": 4, "read.sampler": 4, "read.splits": 4,
     "read.epochs": 4, "read.mixing": 4, "read.stream_plan": 4, "read.remote_files": 4,
     "ops.bench": 5, "ops.bench_plot": 5, "ops.duplicates": 5, "ops.sample_digests": 5, "ops.demo": 5, "read.stream": 5,
     "cli": 6, "__init__": 7, "__main__": 7,
     # samples of named fields
-    "field_files": 1, "write.shuffle": 1, "field_views": 2, "write.field_shard": 3, "ops.field_checks": 3,
-    "write.writer_plan": 4, "write.writer_finish": 4, "write.writer": 4, "ops.field_merge": 4,
-    "read.fields_dataset": 4, "read.field_collate": 4, "write.field_convert": 4,
+    "field_files": 1, "writing.shuffle": 1, "field_views": 2, "writing.field_shard": 3, "ops.field_checks": 3,
+    "writing.writer_plan": 4, "writing.writer_finish": 4, "writing.writer": 4, "ops.field_merge": 4,
+    "read.fields_dataset": 4, "read.field_collate": 4, "writing.field_convert": 4,
 }
 
 
-GROUPS = ("read", "write", "ops", "runtime", "remote")
+GROUPS = ("read", "writing", "ops", "runtime", "remote")
 
 
 def _component(module: str) -> str:

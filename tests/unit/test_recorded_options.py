@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from shardkit.options import PlanOptions
-from shardkit.write.recorded_options import record_options
+from shardkit.writing.recorded_options import record_options
 
 
 def test_paths_are_made_absolute_and_urls_kept() -> None:

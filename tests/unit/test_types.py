@@ -31,7 +31,7 @@ def test_mypy_is_clean_and_the_public_api_is_typed(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=600)
     lines = [line for line in done.stdout.splitlines() if ": error:" in line or ": note:" in line]
     assert not [line for line in lines if "user_code.py" not in line], done.stdout
-    assert any('Revealed type is "shardkit.write.conversion.ConvertReport"' in line for line in lines), done.stdout
+    assert any('Revealed type is "shardkit.writing.conversion.ConvertReport"' in line for line in lines), done.stdout
     assert any('Revealed type is "shardkit.read.dataset.ShardDataset"' in line for line in lines), done.stdout
     errors = [line for line in lines if ": error:" in line]
     assert len(errors) == 1 and '"set_epoch"' in errors[0] and ":10:" in errors[0], done.stdout

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from shardkit.errors import ManifestError, NotADatasetError, UsageError
 from shardkit.manifest import Manifest, ShardEntry, check_relative_path, load_manifest
-from shardkit.write.plan import cut_shards, make_tasks
+from shardkit.writing.plan import cut_shards, make_tasks
 from shardkit.records import Encoded, payload_crc32
 from shardkit.schema import SampleSchema
 from shardkit.units import parse_part, parse_size

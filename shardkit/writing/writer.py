@@ -2,8 +2,8 @@
 guarantees of convert (docs/fields.md, "The writer").
 
 Each sample is checked against the schema (given, or inferred from the first sample) and encoded
-as it is written; it waits in the shuffle buffer (write/shuffle.py), then goes to the open shard,
-one file per column (write/field_shard.py). A full shard's files are committed in background
+as it is written; it waits in the shuffle buffer (writing/shuffle.py), then goes to the open shard,
+one file per column (writing/field_shard.py). A full shard's files are committed in background
 threads (commit.py: fsync, rename, sha256, a done record each), then the shard's own done record;
 close() writes the sample tables and, last, the manifest. A crash leaves the sealed shards, which
 Writer(..., resume=True) keeps, telling how many leading inputs to skip (`resumed_samples`).

@@ -116,7 +116,7 @@ def convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", *,
 def _convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", given: Dict[str, Any]) -> ConvertReport:
     exit_if_importing_main()
     if given.get("sidecars") or any(given.get(name) is not None for name in ("image_column", "label_field")):
-        from .field_convert import convert_fields   # samples of named fields: write/field_convert.py
+        from .field_convert import convert_fields   # samples of named fields: writing/field_convert.py
         return convert_fields(os.fspath(src), os.fspath(dst),
                               **{name: value for name, value in given.items() if value is not None})
     options, run, source_options = split_convert_options(given)
