@@ -307,8 +307,9 @@ class FieldSourceOptions(SourceOptions):
 
     applies_to = "a source of named fields (--sidecars, --image-column)"
 
-    sidecars: bool = option("--sidecars", False, help="SRC is a tree whose files sharing a stem are one sample "
-                                                      "of named fields (0001.jpg, 0001.txt).")
+    sidecars: bool = option("--sidecars", False, help="SRC is a tree (a folder, a tar or zip, a URL) whose files "
+                                                      "sharing a stem are one sample of named fields (0001.jpg, "
+                                                      "0001.txt).")
     label_field: Optional[str] = option("--label-field", metavar="EXT",
                                         help="--sidecars: the field (extension) whose files hold each sample's "
                                              "class name.")

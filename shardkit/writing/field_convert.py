@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Union
 
 from ..errors import ConversionError, SampleError, UsageError
 from ..order import seeded_permutation
+from ..remote.location import is_url
 from ..runtime.progress import Progress
 from ..sources.base import Skipped
-from ..sources.fields import FieldSource
+from ..sources.fields import FieldItem, FieldSource
 from ..units import parse_part
 from .conversion import ConvertReport, refuse_nested
 from .writer import Writer
@@ -25,10 +26,12 @@ from .writer import Writer
 #: The convert keywords that apply to a source of named fields (the rest are usage errors).
 APPLIES = {"format", "shard_size", "samples_per_shard", "order", "seed", "part", "resume", "overwrite", "quiet",
            "on_error", "max_errors", "workers", "image_mode", "resize", "size", "quality", "validate", "sidecars",
-           "label_field", "image_column", "label_column"}
+           "label_field", "image_column", "label_column", "in_flight", "storage_options"}
 #: Values that mean "not given" (the CLI passes every option, with these for those not given).
 _UNSET: Tuple[Any, ...] = (None, False, [], ())
 _DEFAULTS = {"executor": "local", "on_error": "skip", "validate": "full"}
+#: Items read at once (a sidecar archive's members for them come in few requests).
+READ_BATCH = 64
 
 
 def convert_fields(src: str, dst: str, format: str = "hdf5", **options: Any) -> ConvertReport:
@@ -40,7 +43,7 @@ def convert_fields(src: str, dst: str, format: str = "hdf5", **options: Any) -> 
         flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
         raise UsageError(f"{flags} {'does' if len(foreign) == 1 else 'do'} not apply to sources of named fields "
                          "(--sidecars, --image-column)", path=src)
-    if not os.path.exists(src):
+    if not is_url(src) and not os.path.exists(src):
         raise UsageError("no such file or directory", path=src)
     refuse_nested(src, dst)
     source = open_field_source(src, options)
@@ -55,7 +58,8 @@ def convert_fields(src: str, dst: str, format: str = "hdf5", **options: Any) -> 
     with Writer(dst, source.fields, format=format, samples_per_shard=options.get("samples_per_shard"),
                 shard_size=options.get("shard_size"), order="source", part=part,
                 resume=bool(options.get("resume")), overwrite=bool(options.get("overwrite")),
-                source={"kind": source.kind, "path": os.path.abspath(src), "summary": source.summary()},
+                source={"kind": source.kind, "path": source.root if is_url(src) else os.path.abspath(src),
+                        "summary": source.summary()},
                 recorded_order=recorded) as writer:
         for item in source.scan_skipped:
             writer.skip(item.path, item.reason, at_scan=True)
@@ -85,32 +89,43 @@ def open_field_source(src: str, options: Dict[str, Any]) -> FieldSource:
         raise UsageError("--label-field applies to --sidecars (a tree of files sharing a stem)")
     if options.get("label_column") is not None:
         raise UsageError("--label-column applies to a table; a sidecar tree names its label field by --label-field")
-    if not os.path.isdir(src):
-        raise UsageError("--sidecars needs SRC to be a folder", path=src)
+    from ..sources.archives import is_archive_path
+    from ..sources.fields.files import FolderFiles, MemberFiles
     from ..sources.fields.sidecars import SidecarTree
-    return SidecarTree(src, options.get("label_field"), image)
+    if is_url(src) or is_archive_path(src):
+        from ..sources.member_trees import open_tree
+        files = MemberFiles(open_tree(src, options.get("storage_options")), int(options.get("in_flight") or 16))
+        return SidecarTree(files, options.get("label_field"), image)
+    if not os.path.isdir(src):
+        raise UsageError("--sidecars needs SRC to be a folder, a tar or zip archive, or a URL of either",
+                         path=src)
+    return SidecarTree(FolderFiles(src), options.get("label_field"), image)
 
 
 def _write_items(source: FieldSource, writer: Writer, positions: Optional[Any], start: int, stop: int,
                  options: Dict[str, Any]) -> None:
-    """Items start..stop of the order into the writer; skips counted against max_errors."""
-    fail = options.get("on_error") == "fail"
-    limit: Optional[int] = options.get("max_errors")
+    """Items start..stop of the order into the writer, read READ_BATCH at a time."""
     with Progress(stop - start, "convert", quiet=options.get("quiet", True)) as bar:
-        for position in range(start, stop):
-            index = position if positions is None else int(positions[position])
-            item = source.read(index)
-            nbytes = 0
-            if not isinstance(item, Skipped):
-                try:
-                    writer.write(item.sample, key=item.key)
-                    nbytes = item.source_bytes
-                except SampleError as exc:
-                    item = Skipped(item.key, exc.problem or str(exc))
-            if isinstance(item, Skipped):
-                if fail:
-                    raise item.failure("--on-error fail")
-                writer.skip(item.path, item.reason)
-                if limit is not None and writer.skipped > limit:
-                    raise ConversionError(f"more than {limit} inputs failed (--max-errors); last: {item.message()}")
-            bar.advance(1, nbytes)
+        for first in range(start, stop, READ_BATCH):
+            batch = range(first, min(first + READ_BATCH, stop))
+            for item in source.read_many([position if positions is None else int(positions[position])
+                                          for position in batch]):
+                bar.advance(1, _write_item(item, writer, options))
+
+
+def _write_item(item: Union[FieldItem, Skipped], writer: Writer, options: Dict[str, Any]) -> int:
+    """One item into the writer (its source bytes), or skipped: counted against max_errors,
+    raised with on_error="fail"."""
+    if not isinstance(item, Skipped):
+        try:
+            writer.write(item.sample, key=item.key)
+            return item.source_bytes
+        except SampleError as exc:
+            item = Skipped(item.key, exc.problem or str(exc))
+    if options.get("on_error") == "fail":
+        raise item.failure("--on-error fail")
+    writer.skip(item.path, item.reason)
+    limit: Optional[int] = options.get("max_errors")
+    if limit is not None and writer.skipped > limit:
+        raise ConversionError(f"more than {limit} inputs failed (--max-errors); last: {item.message()}")
+    return 0

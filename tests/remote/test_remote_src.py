@@ -304,3 +304,34 @@ def test_a_web_folder_with_an_index_page_converts_as_the_tree(tmp_path: Path) ->
 class _QuietFolderHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
+
+
+@pytest.mark.parametrize("fault", ["503", "truncate"])
+def test_a_webdataset_tar_at_a_url_converts_as_the_tar_on_disk(tmp_path: Path, fault: str) -> None:
+    """convert --sidecars of a tar over HTTP (members sharing a key are one sample), with two
+    failed reads of its members retried: the shards of the same tar read from disk."""
+    from tests.fields.test_sources import sidecar_tree
+    from tests.fields.test_webdataset_tars import OPTIONS, pack, shard_files
+    sidecar_tree(tmp_path / "src", 12)
+    (tmp_path / "site").mkdir()
+    archive = pack(tmp_path / "src", tmp_path / "site" / "train.tar")
+    shardkit.convert(str(archive), str(tmp_path / "local"), **OPTIONS)
+    with FaultyFolderServer(tmp_path / "site") as server:
+        server.fail("train.tar", "none", 1)
+        server.fail("train.tar", fault, 2)
+        report = shardkit.convert(f"{server.url}/train.tar", str(tmp_path / "dst"), in_flight=4, **OPTIONS)
+        assert server.ranges > 0
+    assert report.num_samples == 12
+    assert shard_files(tmp_path / "dst") == shard_files(tmp_path / "local")
+
+
+def test_a_sidecar_tree_in_a_bucket_converts_as_the_tree_on_disk(tmp_path: Path, s3: S3Server, bucket: str) -> None:
+    from tests.fields.test_sources import sidecar_tree
+    from tests.fields.test_webdataset_tars import OPTIONS, shard_files
+    sidecar_tree(tmp_path / "src", 9)
+    _s3fs(s3).put(str(tmp_path / "src"), f"{bucket}/captions", recursive=True)
+    shardkit.convert(str(tmp_path / "src"), str(tmp_path / "local"), **OPTIONS)
+    shardkit.convert(f"s3://{bucket}/captions", str(tmp_path / "dst"), storage_options=s3.options(), **OPTIONS)
+    assert shard_files(tmp_path / "dst") == shard_files(tmp_path / "local")
+    manifest = (tmp_path / "dst" / "manifest.json").read_text()
+    assert f"s3://{bucket}/captions" in manifest and s3.SECRET not in manifest

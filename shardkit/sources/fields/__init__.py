@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from ...schema import FieldSpec
 from ..base import Skipped
@@ -48,6 +48,10 @@ class FieldSource(abc.ABC):
     @abc.abstractmethod
     def read(self, index: int) -> Union[FieldItem, Skipped]:
         """Item `index` read as a sample, or why it cannot be one."""
+
+    def read_many(self, indices: Sequence[int]) -> List[Union[FieldItem, Skipped]]:
+        """Items read as samples, in the order asked (a source may read them together)."""
+        return [self.read(index) for index in indices]
 
     def summary(self) -> Dict[str, Any]:
         """What the manifest's source summary records of the scan."""

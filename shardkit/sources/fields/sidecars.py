@@ -10,21 +10,22 @@ field that some samples lack is optional. Links out of SRC are never followed (s
 from __future__ import annotations
 
 import json
-import os
 import re
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ...codecs.pillow import image_extensions
 from ...errors import SampleError, SourceError, UsageError
 from ...schema import FieldSpec
 from ..base import Skipped
-from ..tree import LinkOut, read_inside, walk_files
 from . import FieldItem, FieldSource, ImageFieldOptions, class_names, image_spec
+from .files import FileRead, SampleFiles
 
 _FIELD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 TEXT_EXTENSIONS = ("txt", "text")
 #: Files of at most this size are read to find a label field's classes.
 MAX_LABEL_BYTES = 4096
+#: Files read at once (label files while scanning; the caller's batch of samples when converting).
+READ_BATCH = 256
 
 
 def split_name(rel: str) -> Tuple[str, str]:
@@ -43,22 +44,20 @@ class SidecarTree(FieldSource):
 
     kind = "sidecar tree"
 
-    def __init__(self, root: str, label_field: Optional[str] = None, image: Optional[ImageFieldOptions] = None) -> None:
-        self.root = root
-        links: List[LinkOut] = []
+    def __init__(self, files: SampleFiles, label_field: Optional[str] = None,
+                 image: Optional[ImageFieldOptions] = None) -> None:
+        self.root, self.source_files = files.shown, files
         groups: Dict[str, Dict[str, str]] = {}
         self.ignored = 0
-        for rel in walk_files(root, links):
+        for rel in files.rels:
             key, field = split_name(rel)
             if not field or not _FIELD_NAME.match(field):
                 self.ignored += 1
                 continue
             groups.setdefault(key, {})[field] = rel
-        self.real_root = os.path.realpath(root)
         self.keys = sorted(groups, key=lambda key: tuple(key.split("/")))
         self.files = [groups[key] for key in self.keys]
-        skipped = [Skipped(link.path, link.reason()) for link in links]
-        super().__init__(root, self._fields(label_field, image or {}), skipped)
+        super().__init__(files.shown, self._fields(label_field, image or {}), list(files.skipped))
 
     def _fields(self, label_field: Optional[str], image: ImageFieldOptions) -> Tuple[FieldSpec, ...]:
         counts: Dict[str, int] = {}
@@ -87,69 +86,78 @@ class SidecarTree(FieldSource):
     def _classes(self, field: str) -> Tuple[str, ...]:
         """The label field's classes: every label file's stripped text (files that cannot be read
         as short UTF-8 text are left to their sample, which is then skipped)."""
+        rels = [files[field] for files in self.files if field in files]
         names = []
-        for files in self.files:
-            if field in files:
+        for start in range(0, len(rels), READ_BATCH):
+            for data in self.source_files.read_many(rels[start:start + READ_BATCH]):
                 try:
-                    names.append(self._label(files[field]))
-                except (OSError, SampleError):
+                    if isinstance(data, SampleError):
+                        raise data
+                    names.append(_label(data))
+                except SampleError:
                     continue
         if not names:
             raise SourceError(f"no {field} file holds a class name", path=self.root)
         return class_names(names)
 
-    def _label(self, rel: str) -> str:
-        data = self.read_file(rel)
-        if len(data) > MAX_LABEL_BYTES:
-            raise SampleError(f"a label file holds {len(data)} bytes; a class name is at most {MAX_LABEL_BYTES}")
-        try:
-            text = data.decode("utf-8").strip()
-        except UnicodeDecodeError:
-            raise SampleError("a label file is not UTF-8 text") from None
-        if not text:
-            raise SampleError("a label file is empty")
-        return text
-
-    def read_file(self, rel: str) -> bytes:
-        """A file of the tree, read only if it lies inside SRC (a link is followed only there)."""
-        path = os.path.join(self.root, rel)
-        return read_inside(self.real_root, path, link=os.path.islink(path))
-
     def __len__(self) -> int:
         return len(self.keys)
 
     def read(self, index: int) -> Union[FieldItem, Skipped]:
+        return self.read_many([index])[0]
+
+    def read_many(self, indices: Sequence[int]) -> List[Union[FieldItem, Skipped]]:
+        """Items read with one read of all their files (an archive's neighbours in one request)."""
+        wanted = [(index, spec, self.files[index][spec.name]) for index in indices for spec in self.fields
+                  if spec.name in self.files[index]]
+        datas = self.source_files.read_many([rel for _, _, rel in wanted])
+        values: Dict[int, List[Tuple[FieldSpec, str, FileRead]]] = {index: [] for index in indices}
+        for (index, spec, rel), data in zip(wanted, datas):
+            values[index].append((spec, rel, data))
+        return [self._item(index, values[index]) for index in indices]
+
+    def _item(self, index: int, files: List[Tuple[FieldSpec, str, FileRead]]) -> Union[FieldItem, Skipped]:
         sample: Dict[str, Any] = {}
         total = 0
-        for spec in self.fields:
-            rel = self.files[index].get(spec.name)
-            if rel is None:
-                continue
+        for spec, rel, data in files:
             try:
-                sample[spec.name], size = self._value(spec, rel)
-            except OSError as exc:
-                return Skipped(rel, f"cannot be read ({exc.strerror or exc})")
+                if isinstance(data, SampleError):
+                    raise data
+                sample[spec.name] = _value(spec, data)
             except SampleError as exc:
                 return Skipped(rel, exc.problem or str(exc))
-            total += size
+            total += len(data)
         return FieldItem(self.keys[index], sample, total)
-
-    def _value(self, spec: FieldSpec, rel: str) -> Tuple[Any, int]:
-        if spec.type == "label":
-            text = self._label(rel)
-            return text, len(text)
-        data = self.read_file(rel)
-        if spec.type == "text":
-            try:
-                return data.decode("utf-8"), len(data)
-            except UnicodeDecodeError as exc:
-                raise SampleError(f"text is not UTF-8 ({exc.reason} at byte {exc.start})") from None
-        if spec.type == "json":
-            try:
-                return json.loads(data), len(data)
-            except (ValueError, RecursionError) as exc:
-                raise SampleError(f"JSON does not parse ({str(exc)[:80]})") from None
-        return data, len(data)
 
     def summary(self) -> Dict[str, Any]:
         return {**super().summary(), "ignored": self.ignored}
+
+
+def _label(data: bytes) -> str:
+    """A label file's class name: its stripped UTF-8 text, or SampleError."""
+    if len(data) > MAX_LABEL_BYTES:
+        raise SampleError(f"a label file holds {len(data)} bytes; a class name is at most {MAX_LABEL_BYTES}")
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise SampleError("a label file is not UTF-8 text") from None
+    if not text:
+        raise SampleError("a label file is empty")
+    return text
+
+
+def _value(spec: FieldSpec, data: bytes) -> Any:
+    """A file's bytes as the value of its field, or SampleError."""
+    if spec.type == "label":
+        return _label(data)
+    if spec.type == "text":
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SampleError(f"text is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if spec.type == "json":
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            raise SampleError(f"JSON does not parse ({str(exc)[:80]})") from None
+    return data
