@@ -4,7 +4,8 @@ CRC-32 is affine over GF(2): for messages of one width W, crc(m) = crc(W zero by
 XOR over positions j of T_j[m_j], where T_j[b] is what byte b at position j adds. The W tables
 (256 uint32 each) are built once per width; a block's CRCs are then one table lookup and one
 XOR per byte position, over all its rows at once, instead of a Python call per row. Past
-TABLE_MAX_WIDTH bytes a row's lookups cost more than a zlib call on it, and zlib runs per row.
+TABLE_MAX_WIDTH bytes a row's lookups cost more than a zlib call on it, and for blocks of few rows
+the passes cost more than a zlib call per row: there zlib runs per row.
 """
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ import numpy as np
 
 #: Widest row whose CRCs come from the tables (wider rows: one zlib call each, the faster there).
 TABLE_MAX_WIDTH = 96
+#: Fewer rows than this many per byte of width: one zlib call a row is faster than a pass over the
+#: tables (a table lookup pass costs about 3.5 us a byte position, a zlib call about 0.3 us a row;
+#: a locator's small shards, of tens of rows, are checked on every open).
+ZLIB_ROWS_PER_BYTE = 12
 #: Rows per pass over the tables: a pass's columns stay in the CPU cache.
 ROWS_PER_PASS = 1 << 14
 _POLY = 0xEDB88320                   # CRC-32 (zlib, gzip, PNG), bit-reversed
@@ -48,7 +53,7 @@ def _tables(width: int) -> Tuple[np.ndarray, int]:
 def row_crc32(rows: np.ndarray) -> np.ndarray:
     """uint32 zlib.crc32 of each row of a C-contiguous 2-D uint8 array (n rows of the same width)."""
     count, width = rows.shape
-    if width > TABLE_MAX_WIDTH:
+    if width > TABLE_MAX_WIDTH or count < ZLIB_ROWS_PER_BYTE * width:
         flat = memoryview(rows.reshape(-1))
         crc32 = zlib.crc32
         return np.fromiter((crc32(flat[start:start + width]) for start in range(0, count * width, width)),
