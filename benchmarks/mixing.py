@@ -12,6 +12,7 @@ shared machine). The shares are counted from the source tensor of every batch.
 adds per batch (one more tensor, the source numbers, through torch's worker pipe) shows most.
 
     PYTHONPATH=. python benchmarks/mixing.py --kind images --repeat 3
+    PYTHONPATH=. python benchmarks/mixing.py --kind table --repeat 5 --sharing-strategy file_system
 """
 from __future__ import annotations
 
@@ -98,7 +99,12 @@ def main() -> None:
     parser.add_argument("--epoch", type=int, default=100_000, help="samples per epoch")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "shardkit-bench-mixing"))
+    parser.add_argument("--sharing-strategy", choices=("file_descriptor", "file_system"), default=None,
+                        help="torch.multiprocessing's way of passing a batch's tensors from the workers "
+                             "(default: torch's, file_descriptor on Linux)")
     args = parser.parse_args()
+    if args.sharing_strategy:
+        torch.multiprocessing.set_sharing_strategy(args.sharing_strategy)
     sizes = tuple(int(size) for size in (args.sizes or SIZES[args.kind]).split(","))
     os.makedirs(args.work, exist_ok=True)
     paths = make_sources(args.work, args.kind, sizes)
@@ -120,7 +126,8 @@ def main() -> None:
     base_rate = statistics.median(rate for rate, _ in rates["source 0 alone"])
     base_cpu = statistics.median(cpu for _, cpu in rates["source 0 alone"])
     print(f"{args.kind}: sources of {', '.join(f'{size:,}' for size in sizes)} samples; epoch {args.epoch:,} samples; "
-          f"DataLoader(batch_size=256, num_workers=2); median of {args.repeat}")
+          f"DataLoader(batch_size=256, num_workers=2); median of {args.repeat}; sharing strategy "
+          f"{torch.multiprocessing.get_sharing_strategy()}")
     print("| reader | samples/s | runs | rate / alone | CPU us a sample | alone's CPU / this |")
     print("|---|---|---|---|---|---|")
     for name, values in rates.items():
