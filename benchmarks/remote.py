@@ -2,7 +2,7 @@
 
 One generated dataset (a table of random float32 rows, about --mb megabytes in shards of
 --shard-size) is served by a local HTTP server (http.server, threads) and pushed to moto's S3
-server, both on 127.0.0.1. For each store, each repeat runs, interleaved:
+server (in a process of its own), both on 127.0.0.1. For each store, each repeat runs, interleaved:
   * baseline: `fs.get(objects, local paths)`, fsspec's own parallel download of every shard and the
     sample table, with nothing checked;
   * the baseline, then every file fsynced: the same durability as pull, without its checks;
@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import shardkit  # noqa: E402
 from shardkit.manifest import load_manifest  # noqa: E402
-from tests.remote.servers import FaultyFolderServer, S3Server  # noqa: E402
+from tests.remote.servers import FaultyFolderServer, S3ProcessServer  # noqa: E402
 
 COLUMNS = 64
 
@@ -118,7 +118,7 @@ def stores_of(dst: Path, stores: List[str]) -> Iterator[Tuple[str, str, Dict[str
         with FaultyFolderServer(dst.parent) as server:
             yield "HTTP (http.server on 127.0.0.1)", f"{server.url}/{dst.name}", {}
     if "s3" in stores:
-        s3 = S3Server()
+        s3 = S3ProcessServer()
         try:
             url = f"s3://{s3.new_bucket()}/ds"
             shardkit.push(str(dst), url, storage_options=s3.options())

@@ -4,7 +4,7 @@ One generated image tree (--images JPEG/PNG files, the same times on every file)
 interleaved, each repeat into a fresh DST with the same options and seed:
   * baseline: the tree unpacked on local disk;
   * the same tree as one uncompressed .tar on local disk (members read in place, never unpacked);
-  * the tree as objects in a bucket of moto's S3 server on 127.0.0.1 (listed once, fetched with
+  * the tree as objects in a bucket of moto's S3 server on 127.0.0.1, in a process of its own (listed once, fetched with
     --in-flight requests at once per worker); and, with --s3-tar, the .tar in that bucket;
   * the server's ceiling: the same objects fetched by one concurrent fsspec cat, nothing converted.
 Medians of the rates are reported, each as a ratio of the baseline's measured in the same run
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import shardkit  # noqa: E402
 from shardkit.samples import make_image_tree  # noqa: E402
-from tests.remote.servers import S3Server  # noqa: E402
+from tests.remote.servers import S3ProcessServer  # noqa: E402
 
 TIME = 1_700_000_000
 
@@ -80,7 +80,7 @@ def main() -> None:
         os.rename(str(archive) + ".tmp", archive)
     options: Dict[str, Any] = dict(samples_per_shard=500, workers=args.workers, validate=args.validate,
                                    quiet=True, order=args.order, overwrite=True)
-    s3 = S3Server()
+    s3 = S3ProcessServer()
     try:
         import s3fs
         store = s3.options()

@@ -2,8 +2,8 @@
 against pulling it first, from servers on this machine.
 
 One generated dataset (benchmarks/remote.py's table of random float32 rows, about --mb megabytes in
-shards of --shard-size) is served by a local HTTP server and pushed to moto's S3 server, both on
-127.0.0.1. An epoch is one pass of `shardkit.ShardStream` (shuffled shard order, every sample
+shards of --shard-size) is served by a local HTTP server and pushed to moto's S3 server (in a process
+of its own), both on 127.0.0.1. An epoch is one pass of `shardkit.ShardStream` (shuffled shard order, every sample
 decoded to a float32 tensor, no DataLoader workers). For each store, each repeat runs, interleaved:
   * local: the next epoch of a stream of the dataset on local disk (the baseline of the cached epoch);
   * cached: the next epoch of a stream of the URL whose first epoch filled its cache (an epoch

@@ -1,6 +1,7 @@
 """Real servers on 127.0.0.1 for the remote tests and benchmarks: moto's S3 server, and an HTTP
 server of a local folder that can misbehave on purpose (drop the connection mid-object, answer 5xx,
-answer slowly, stall, send a truncated or an altered object). Both stop by themselves."""
+answer slowly, stall, send a truncated or an altered object). Both stop by themselves. The
+benchmarks run moto in a process of its own (S3ProcessServer)."""
 from __future__ import annotations
 
 import collections
@@ -8,6 +9,9 @@ import email.utils
 import http.server
 import logging
 import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -203,3 +207,31 @@ class S3Server:
 
     def stop(self) -> None:
         self.server.stop()
+
+
+class S3ProcessServer(S3Server):
+    """moto's S3 server in a process of its own, as a real store is: the benchmarks use it, whose
+    reads an in-process server would slow by sharing their interpreter (the tests use S3Server,
+    which starts faster)."""
+
+    def __init__(self) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.endpoint, self.buckets = f"http://127.0.0.1:{port}", 0
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("moto's S3 server did not start") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
