@@ -54,7 +54,7 @@ def append_inputs(src: str, dst: str, given: Dict[str, Any], run: RunOptions, st
             report.warnings = notes + ["nothing new to append"]
             return report
         source.restrict(keep, manifest.classes + sorted(set(source.classes) - set(manifest.classes)))
-        plan = _append_plan(source, options, src, manifest)
+        plan = append_plan(source, options, src, manifest)
         stage = os.path.join(dst, JOURNAL_DIR, APPEND_DIR)
         journal = Journal(dst)
         journal.lock()
@@ -75,7 +75,7 @@ def append_inputs(src: str, dst: str, given: Dict[str, Any], run: RunOptions, st
     return report
 
 
-def _append_plan(source: Any, options: PlanOptions, src: str, manifest: Manifest) -> ConversionPlan:
+def append_plan(source: Any, options: PlanOptions, src: str, manifest: Manifest) -> ConversionPlan:
     """The plan of the new inputs, numbered after the dataset's shards, with its identity."""
     plan = plan_conversion(source, options, src)
     base = len(manifest.shards)
@@ -145,4 +145,4 @@ def _read(path: Path) -> bytes:
     return path.read_bytes() if path.is_file() else b""
 
 
-__all__ = ["append_inputs"]
+__all__ = ["append_inputs", "append_plan"]

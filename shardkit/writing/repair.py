@@ -51,24 +51,29 @@ def finished_for(dst: str, action: str) -> Manifest:
     return manifest
 
 
-def repair_shards(manifest: Manifest, dst: str, plan: ConversionPlan, source: Source,
-                  run: RunOptions) -> Tuple[int, List[str]]:
-    """Write again each shard of manifest whose file is missing or differs from its record, and
-    the sample table if it does or a shard was written: (shards written, one line per file written
-    again). The lock is held throughout. Every shard is first written to a temporary name and its
-    sha256 compared with the manifest's; only when all match are they renamed into place, so a SRC
-    that no longer holds the same inputs is refused (ConversionError naming what differs) with DST
-    untouched, and a killed repair leaves each shard as it was or repaired."""
+def repair_shards(manifest: Manifest, dst: str, plan: Optional[ConversionPlan], source: Optional[Source],
+                  run: RunOptions, shards: Optional[range] = None, table: bool = True,
+                  written_before: bool = False) -> Tuple[int, List[str]]:
+    """Write again each shard of manifest (of `shards`, default all) whose file is missing or differs
+    from its record, and (with `table`) the sample table if it does or a shard was written (here, or
+    before: written_before): (shards
+    written, one line per file written again). The lock is held throughout. Every shard is first
+    written to a temporary name and its sha256 compared with the manifest's; only when all match
+    are they renamed into place, so a SRC that no longer holds the same inputs is refused
+    (ConversionError naming what differs) with DST untouched, and a killed repair leaves each shard
+    as it was or repaired. Without a plan (no SRC given for these shards) a damaged one is refused."""
     with ConversionSession(dst, run, complete=True) as session:
         remove_stale_temps(dst)                 # what a killed repair staged
         notes: List[str] = []
         tasks = []
-        for number, entry in enumerate(manifest.shards):
+        for number in shards if shards is not None else range(len(manifest.shards)):
+            entry = manifest.shards[number]
             problem = _problem(dst, entry.path, entry.size, entry.sha256)
             if problem:
                 tasks.append(_planned_task(plan, manifest, number, entry.path, dst))
                 notes.append(f"{entry.path} {problem}; written again")
-        staged = _stage(plan.sink_context(dst, source, run), tasks, run, session.latch)
+        staged = _stage(plan.sink_context(dst, source, run), tasks, run, session.latch) \
+            if plan is not None and source is not None else []
         try:
             _check_staged(manifest, dst, plan, staged)
         except BaseException:
@@ -78,25 +83,35 @@ def repair_shards(manifest: Manifest, dst: str, plan: ConversionPlan, source: So
         for written in staged:
             kill_point("repair-replace", written.result.path)     # tests only: killed between two renames
             durable_replace(written.tmp, written.final)
-        table = manifest.sample_table
-        problem = _problem(dst, table["path"], table["size"], table["sha256"]) if table is not None else ""
-        if tasks or problem:
-            if write_sample_table(dst, manifest) != table:
-                raise ConversionError("written again from the shards, the sample table differs from the "
-                                      "manifest's record; convert again with --overwrite", path=dst)
-            if table is not None and problem:
-                notes.append(f"{table['path']} {problem}; written again")
+        if table:
+            notes += _repair_table(manifest, dst, rewrite=bool(tasks) or written_before)
         session.latch.check()
         session.journal.remove()
     return len(tasks), notes
 
 
-def _planned_task(plan: ConversionPlan, manifest: Manifest, number: int, path: str, dst: str) -> ShardTask:
-    for append in manifest.source.get("appended", []):
-        if append["first_shard"] <= number < append["first_shard"] + append["shards"]:
-            raise UsageError(f"shard {number} ({path}) was appended from {append['path']}; repair rebuilds the "
-                             "shards of the first conversion only: append that SRC to a fresh copy of the "
-                             "dataset, or convert again", path=dst)
+def _repair_table(manifest: Manifest, dst: str, rewrite: bool) -> List[str]:
+    """The sample table written again from the shards when a shard was (rewrite) or it is damaged,
+    and checked against the manifest's record: the note saying so, if it was damaged."""
+    table = manifest.sample_table
+    problem = _problem(dst, table["path"], table["size"], table["sha256"]) if table is not None else ""
+    if not (rewrite or problem):
+        return []
+    if write_sample_table(dst, manifest) != table:
+        raise ConversionError("written again from the shards, the sample table differs from the "
+                              "manifest's record; convert again with --overwrite", path=dst)
+    return [f"{table['path']} {problem}; written again"] if table is not None and problem else []
+
+
+def _planned_task(plan: Optional[ConversionPlan], manifest: Manifest, number: int, path: str,
+                  dst: str) -> ShardTask:
+    if plan is None:
+        appended = [append for append in manifest.source.get("appended", [])
+                    if append["first_shard"] <= number < append["first_shard"] + append["shards"]]
+        origin = appended[0]["path"] if appended else manifest.source.get("path")
+        raise UsageError(f"shard {number} ({path}) was appended from {origin}; give that SRC too: "
+                         "`shardkit repair DST --from SRC --from APPENDED_SRC ...`, the conversion's SRC "
+                         "first, then each append's in order", path=dst)
     task = plan.task_of(path)
     if task is None or task.shard != number:
         raise ConversionError(f"SRC plans {len(plan.ranges)} shards, not shard {number} ({path}) as the dataset "

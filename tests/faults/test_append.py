@@ -168,7 +168,11 @@ def test_kill_9_during_append_keeps_the_old_dataset_and_a_rerun_finishes_it(
     assert tree_bytes(dst) == expected                      # as an uninterrupted append: byte for byte
 
 
-def test_repair_after_append_rebuilds_old_shards_and_names_the_src_of_appended_ones(tmp_path: Path) -> None:
+def test_repair_after_append_rebuilds_old_and_appended_shards_from_their_srcs(tmp_path: Path) -> None:
+    """Shards of the conversion come from its SRC, appended ones from the append's NEW_SRC (given
+    after it, in order); without that NEW_SRC a damaged appended shard is refused naming it.
+    Mutation: restricting the append's source to every input of NEW_SRC (no keys already in the
+    shards before it taken out) rebuilds other shards, refused by their sha256."""
     old, new = _trees(tmp_path)
     dst = tmp_path / "dst"
     shardkit.convert(old, dst, samples_per_shard=4, workers=1)
@@ -182,6 +186,15 @@ def test_repair_after_append_rebuilds_old_shards_and_names_the_src_of_appended_o
     result = run_cli("repair", dst, "--from", old)
     assert result.returncode == 2
     assert f"shard {len(shards) - 1} ({shards[-1].relative_to(dst)}) was appended from {new}" in error_lines(result)[0]
+    shards[0].write_bytes(b"damaged")
+    moved = tmp_path / "moved-new"
+    shutil.copytree(new, moved, copy_function=shutil.copyfile)        # other path, other mtimes
+    result = run_cli("repair", dst, "--from", old, "--from", moved)
+    assert result.returncode == 0, result.stderr
+    assert "2 of" in result.stdout and tree_bytes(dst) == expected
+    assert shardkit.verify(dst).ok
+    too_many = run_cli("repair", dst, "--from", old, "--from", new, "--from", new)
+    assert too_many.returncode == 2 and "at most one SRC for each of its 1 appends" in error_lines(too_many)[0]
 
 
 def test_append_needs_a_finished_dataset(tmp_path: Path) -> None:
