@@ -1,12 +1,13 @@
 """Sources of samples of named fields: files that become dicts of fields for shardkit's Writer.
 
 - sidecars.py: an image tree whose files sharing a stem are one sample (0001.jpg, 0001.txt,
-  0001.json, 0001.cls), each field named by its extension (the WebDataset convention);
+  0001.json, 0001.cls), each field named by its extension (the WebDataset convention), read from
+  a folder, an archive or a URL (files.py);
 - tables.py: a table (CSV, TSV, JSON Lines, Parquet) with a column of image paths or of encoded
   image bytes, plus other columns.
 
-A source scans its input once (the items, their fields, a label field's classes) and reads one
-item at a time by its number, so that the conversion can take them in any order and resume.
+A source scans its input once (the items, their fields, a label field's classes) and reads items
+by their numbers (a batch at a time), so that the conversion can take them in any order and resume.
 """
 from __future__ import annotations
 

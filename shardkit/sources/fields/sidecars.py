@@ -5,7 +5,8 @@ file name, `0001.seg.png` is field `seg_png` of sample `0001`).
 The type of a field comes from its extension: an allowed image extension -> image, .txt -> text,
 .json -> json (parsed, never executed), the field named by `label_field` -> label (the file's text,
 stripped, is the class name; the classes are the sorted distinct names), anything else -> bytes. A
-field that some samples lack is optional. Links out of SRC are never followed (sources/tree.py).
+field that some samples lack is optional. The files come from files.py: a folder (links out of it
+never followed), an archive (a WebDataset tar, a tar of them, a zip) or the objects below a URL.
 """
 from __future__ import annotations
 
