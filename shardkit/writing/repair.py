@@ -72,14 +72,7 @@ def repair_shards(manifest: Manifest, dst: str, plan: Optional[ConversionPlan], 
             if problem:
                 tasks.append(_planned_task(plan, manifest, number, entry.path, dst))
                 notes.append(f"{entry.path} {problem}; written again")
-        staged = _stage(plan.sink_context(dst, source, run), tasks, run, session.latch) \
-            if plan is not None and source is not None else []
-        try:
-            _check_staged(manifest, dst, plan, staged)
-        except BaseException:
-            for written in staged:
-                written.tmp.unlink(missing_ok=True)
-            raise
+        staged = _staged_checked(manifest, dst, plan, source, run, tasks, session.latch) if tasks else []
         for written in staged:
             kill_point("repair-replace", written.result.path)     # tests only: killed between two renames
             durable_replace(written.tmp, written.final)
@@ -88,6 +81,21 @@ def repair_shards(manifest: Manifest, dst: str, plan: Optional[ConversionPlan], 
         session.latch.check()
         session.journal.remove()
     return len(tasks), notes
+
+
+def _staged_checked(manifest: Manifest, dst: str, plan: Optional[ConversionPlan], source: Optional[Source],
+                    run: RunOptions, tasks: List[ShardTask], latch: SigintLatch) -> List[WrittenShard]:
+    """The tasks' shards written to temporary names, each checked against the manifest's record
+    (removed again, and ConversionError, when one is not the manifest's)."""
+    assert plan is not None and source is not None      # _planned_task refused every task without one
+    staged = _stage(plan.sink_context(dst, source, run), tasks, run, latch)
+    try:
+        _check_staged(manifest, dst, plan, staged)
+    except BaseException:
+        for written in staged:
+            written.tmp.unlink(missing_ok=True)
+        raise
+    return staged
 
 
 def _repair_table(manifest: Manifest, dst: str, rewrite: bool) -> List[str]:

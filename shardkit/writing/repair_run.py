@@ -62,7 +62,8 @@ def repair(dst: "str | os.PathLike[str]", src: "str | os.PathLike[str] | Sequenc
         refuse_nested(path, dst, keywords.get("labels"))
     options, run, source_options = split_convert_options({**keywords, "workers": workers, "quiet": quiet})
     bounds = [0] + [int(append["first_shard"]) for append in appends] + [len(manifest.shards)]
-    written, notes = 0, []
+    written = 0
+    notes: List[str] = []
     for number in range(len(bounds) - 1):
         shards, last = range(bounds[number], bounds[number + 1]), number == len(bounds) - 2
         if number >= len(sources):          # no SRC given for these: a damaged one is refused, naming its SRC
