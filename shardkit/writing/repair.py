@@ -6,7 +6,7 @@ record before it replaces anything, so the dataset ends as `shardkit verify` exp
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from ..errors import ConversionError, UsageError
 from ..integrity import durable_replace, fsync_path, hash_file, hash_shard_file
@@ -52,7 +52,7 @@ def finished_for(dst: str, action: str) -> Manifest:
 
 
 def repair_shards(manifest: Manifest, dst: str, plan: Optional[ConversionPlan], source: Optional[Source],
-                  run: RunOptions, shards: Optional[range] = None, table: bool = True,
+                  run: RunOptions, shards: Optional[Sequence[int]] = None, table: bool = True,
                   written_before: bool = False) -> Tuple[int, List[str]]:
     """Write again each shard of manifest (of `shards`, default all) whose file is missing or differs
     from its record, and (with `table`) the sample table if it does or a shard was written (here, or
@@ -96,6 +96,12 @@ def _staged_checked(manifest: Manifest, dst: str, plan: Optional[ConversionPlan]
             written.tmp.unlink(missing_ok=True)
         raise
     return staged
+
+
+def damaged_shards(manifest: Manifest, dst: str) -> List[int]:
+    """The numbers of the shards whose file is missing or differs from its record."""
+    return [number for number, entry in enumerate(manifest.shards)
+            if _problem(dst, entry.path, entry.size, entry.sha256)]
 
 
 def _repair_table(manifest: Manifest, dst: str, rewrite: bool) -> List[str]:
@@ -172,4 +178,4 @@ def _problem(dst: str, path: str, size: int, sha256: Any) -> str:
     return "" if digest == sha256 else "did not match its recorded sha256"
 
 
-__all__ = ["finished_dataset", "finished_for", "repair_shards"]
+__all__ = ["damaged_shards", "finished_dataset", "finished_for", "repair_shards"]

@@ -19,7 +19,7 @@ from .append import append_plan
 from .append_inputs import new_items
 from .conversion_plan import ConversionPlan, plan_conversion
 from .recorded_options import replay_options
-from .repair import finished_for, repair_shards
+from .repair import damaged_shards, finished_for, repair_shards
 
 
 @dataclass
@@ -62,11 +62,15 @@ def repair(dst: "str | os.PathLike[str]", src: "str | os.PathLike[str] | Sequenc
         refuse_nested(path, dst, keywords.get("labels"))
     options, run, source_options = split_convert_options({**keywords, "workers": workers, "quiet": quiet})
     bounds = [0] + [int(append["first_shard"]) for append in appends] + [len(manifest.shards)]
+    damaged = damaged_shards(manifest, dst)         # checked again under the lock, by repair_shards
     written = 0
     notes: List[str] = []
     for number in range(len(bounds) - 1):
-        shards, last = range(bounds[number], bounds[number + 1]), number == len(bounds) - 2
-        if number >= len(sources):          # no SRC given for these: a damaged one is refused, naming its SRC
+        shards = [shard for shard in damaged if bounds[number] <= shard < bounds[number + 1]]
+        last = number == len(bounds) - 2
+        if not shards and not last:
+            continue                        # nothing of this conversion to rebuild: its SRC is not scanned
+        if not shards or number >= len(sources):    # no SRC given for these: a damaged one is refused, naming it
             done = repair_shards(manifest, dst, None, None, run, shards, table=last, written_before=written > 0)
         else:
             source = open_source(sources[number], source_options, run)

@@ -197,6 +197,20 @@ def test_repair_after_append_rebuilds_old_and_appended_shards_from_their_srcs(tm
     assert too_many.returncode == 2 and "at most one SRC for each of its 1 appends" in error_lines(too_many)[0]
 
 
+def test_repair_scans_only_the_srcs_of_damaged_shards(tmp_path: Path) -> None:
+    """An append's NEW_SRC is not read when none of its shards is damaged (here it no longer
+    exists). Mutation: scanning every given SRC raises for the missing one."""
+    old, new = _trees(tmp_path)
+    dst = tmp_path / "dst"
+    shardkit.convert(old, dst, samples_per_shard=4, workers=1)
+    shardkit.convert(new, dst, append=True, workers=1)
+    expected = tree_bytes(dst)
+    shutil.rmtree(new)
+    (dst / json.loads((dst / "manifest.json").read_text())["shards"][0]["path"]).unlink()
+    assert shardkit.repair(dst, [old, new]).shards_written == 1
+    assert tree_bytes(dst) == expected
+
+
 def test_append_needs_a_finished_dataset(tmp_path: Path) -> None:
     old, new = _trees(tmp_path)
     result = run_cli("convert", new, tmp_path / "nothing", "--append")
