@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -23,15 +24,16 @@ def test_ctrl_c_inside_torch_save_is_an_interruption(image_tree: Path, tmp_path:
 
     def save_hit_by_ctrl_c(obj: object, handle: object) -> None:
         calls.append(1)
-        if len(calls) == 2:         # the second shard: one is finished by then
+        if len(calls) == 2:         # the second shard, once the first is committed in the background
+            _wait_for_a_done_record(dst)
             try:
                 os.kill(os.getpid(), signal.SIGINT)
                 real_save(obj, handle)
             except KeyboardInterrupt:
                 raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1344 vs 1238")
         real_save(obj, handle)
-    monkeypatch.setattr(pt_format.torch, "save", save_hit_by_ctrl_c)
     dst = tmp_path / "dst"
+    monkeypatch.setattr(pt_format.torch, "save", save_hit_by_ctrl_c)
     with pytest.raises(ConversionInterrupted) as caught:
         shardkit.convert(str(image_tree), str(dst), format="pt", samples_per_shard=30, workers=1, quiet=True)
     assert caught.value.exit_code == 130 and "--resume" in str(caught.value)
@@ -41,3 +43,12 @@ def test_ctrl_c_inside_torch_save_is_an_interruption(image_tree: Path, tmp_path:
                               resume=True)
     assert report.shards_reused >= 1 and report.num_shards == report.shards_written + report.shards_reused
     assert shardkit.verify(str(dst), workers=1).ok
+
+
+def _wait_for_a_done_record(dst: Path, seconds: float = 30.0) -> None:
+    """Shards are committed (renamed, journaled) in background threads; a Ctrl-C before the first
+    one's rename rightly drops it, so the test waits until it is journaled to have one to reuse."""
+    deadline = time.monotonic() + seconds
+    while not list((dst / ".shardkit" / "done").glob("*.json")):
+        assert time.monotonic() < deadline, "the first shard was never committed"
+        time.sleep(0.01)
