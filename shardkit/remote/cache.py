@@ -118,15 +118,19 @@ class RemoteShardCache:
         return str(self.folder.object_path(name))
 
     def _release(self, name: str) -> None:
+        """End one use of the object; once none is left, unpin it and bring the folder back under
+        its limit (a read fetched while every object was pinned may have taken it past)."""
         self._this_process()
         with self._lock:
             held = self._pins.get(name)
             if held is None:
                 return
             held[1] -= 1
-            if held[1] == 0:
-                del self._pins[name]
-                os.close(held[0])
+            if held[1] > 0:
+                return
+            del self._pins[name]
+            os.close(held[0])
+        self.folder.trim(self.limit, keep=self._prefetched_names())
 
     def prefetch(self, shards: Iterable[int]) -> None:
         """Fetch these shards, the ones needed next, in the background (at most PREFETCH_QUEUE

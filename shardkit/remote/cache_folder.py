@@ -89,17 +89,30 @@ class CacheFolder:
         pinned, since what is being read must be fetched (the cache then holds the limit plus the
         objects being read). Call under fetching(name)."""
         with self._cache_lock():
-            used, objects = self._usage()
-            for victim, victim_size in objects:
-                if used + size <= limit:
-                    break
-                if victim not in keep and self._evict(victim):
-                    used -= victim_size
+            used = self._evict_down_to(limit - size, keep)
             if used + size > limit and not evict:
                 return None
             tmp = self.objects / f".{name}.tmp-{secrets.token_hex(8)}"
             os.close(create_new(tmp))
             return tmp
+
+    def trim(self, limit: int, keep: Collection[str] = ()) -> None:
+        """Evict least recently used objects that no process pins (nor those in keep) until the
+        folder holds at most limit bytes or nothing more can go: a read let the folder past its
+        limit while every object was pinned, and the room comes back once its shard is released."""
+        with self._cache_lock():
+            self._evict_down_to(limit, keep)
+
+    def _evict_down_to(self, room: int, keep: Collection[str]) -> int:
+        """Evict unpinned objects not in keep, oldest first, until at most room bytes are used; the
+        bytes used then. Call under _cache_lock."""
+        used, objects = self._usage()
+        for victim, victim_size in objects:
+            if used <= room:
+                break
+            if victim not in keep and self._evict(victim):
+                used -= victim_size
+        return used
 
     def usage(self) -> int:
         """Bytes the objects and the downloads under way take (downloads at their full size)."""

@@ -90,6 +90,23 @@ def test_an_epoch_in_order_under_a_two_shard_limit(served: FaultyFolderServer, t
     assert set(served.gets) == {f"ds/{path}" for path in manifest.shards.paths}
 
 
+def test_a_read_past_the_limit_while_every_shard_is_pinned_gives_the_room_back_on_release(
+        served: FaultyFolderServer, table50: Path, tmp_path: Path) -> None:
+    """A cache of the largest shard's size: a second shard read while the first is pinned takes the
+    folder past the limit, and its release brings it back under. Mutation: no trim on release."""
+    manifest = load_manifest(str(table50))
+    sizes = manifest.shards.sizes
+    limit = int(sizes.max())
+    with RemoteShardCache(served.url + "/ds", str(tmp_path / "cache"), limit, manifest) as cache:
+        cache.local_path(0)
+        cache.local_path(1)
+        assert cache.usage() == int(sizes[0] + sizes[1]) > limit
+        cache.release(1)
+        assert cache.usage() == int(sizes[0]) <= limit
+        cache.release(0)
+        assert Path(cache.shard_path(0)).is_file() and cache.usage() <= limit
+
+
 def test_processes_sharing_a_cache_download_each_shard_once(served: FaultyFolderServer, table50: Path,
                                                             tmp_path: Path) -> None:
     """Four processes ask for every shard at once, in different orders. Mutation: no fetch lock."""
