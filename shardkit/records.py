@@ -16,6 +16,8 @@ NO_LABEL = -1
 
 def payload_crc32(payload: Payload) -> int:
     """zlib's CRC-32 of the payload bytes as stored (arrays: their C-order bytes)."""
+    if type(payload) is bytes:          # the usual payload, without the checks below
+        return zlib.crc32(payload)
     if isinstance(payload, np.ndarray):
         payload = np.ascontiguousarray(payload).view(np.uint8).reshape(-1)
     return zlib.crc32(payload) & 0xFFFFFFFF
@@ -110,12 +112,12 @@ class KeyRun(Sequence[str]):
 class EncodedRows(Sequence[Encoded]):
     """Consecutive samples held as columns: row i is Encoded(payloads[i], labels[i], crcs[i],
     keys[i]), with labels (int64) and CRC32s (uint32) held as arrays. payloads is one block of
-    fixed-shape arrays (an ndarray, first axis the rows) or a list of byte strings. Sources of many
-    samples (CSV rows, image files) hand these over so that no Python object per sample is made
-    unless a format asks for one."""
+    fixed-shape arrays (an ndarray, first axis the rows) or a list of payloads stored as their
+    bytes. Sources of many samples (CSV rows, image files) and the writer of fields hand these
+    over so that no Python object per sample is made unless a format asks for one."""
 
-    def __init__(self, payloads: Union[np.ndarray, List[bytes]], labels: Union[np.ndarray, Sequence[int]],
-                 crcs: Union[np.ndarray, Sequence[int]], keys: Optional[Sequence[str]] = None) -> None:
+    def __init__(self, payloads: Union[np.ndarray, List[Payload]], labels: Union[np.ndarray, Sequence[int]],
+                 crcs: Union[np.ndarray, Sequence[int]], keys: Optional[Sequence[Optional[str]]] = None) -> None:
         self.payloads = np.ascontiguousarray(payloads) if isinstance(payloads, np.ndarray) else payloads
         self.labels = np.asarray(labels, dtype=np.int64).reshape(-1)
         self.crcs = (np.asarray(crcs, dtype=np.int64) & 0xFFFFFFFF).astype(np.uint32) \

@@ -80,14 +80,18 @@ class FieldEncoder:
         self._codec = image_codec(spec) if spec.type == "image" else None
         self._encode: Callable[[Any], Any] = getattr(self, "_" + spec.type)
         self._columns = column_schemas_of(spec)
+        # read for every value: the spec's derived properties, worked out once
+        self.optional, self.variable, self._scalar = spec.optional, spec.variable, spec.type in SCALAR_DTYPES
+        self._shape = tuple(spec.shape or ())
+        self._shape_column = spec.name + SHAPE_SUFFIX
 
     def encode(self, value: Any) -> Dict[str, Payload]:
         """The payload of each of the field's columns for one value (present)."""
-        if self.spec.type in SCALAR_DTYPES:
+        if self._scalar:
             value = _scalar(value)
-        if self.spec.variable:
+        if self.variable:
             data, shape = self._encode(value)
-            return {self.spec.name: data, self.spec.name + SHAPE_SUFFIX: shape}
+            return {self.spec.name: data, self._shape_column: shape}
         return {self.spec.name: self._encode(value)}
 
     def absent(self) -> Dict[str, Payload]:
@@ -144,11 +148,11 @@ class FieldEncoder:
 
     def _array(self, value: Any) -> Any:
         array = as_array(value, self._dtype)
-        shape = tuple(self.spec.shape or ())
+        shape = self._shape
         if array.ndim != len(shape) or any(want is not None and want != got for want, got in zip(shape, array.shape)):
             raise SampleError(f"has shape {tuple(array.shape)}, the field's is {_shape_text(shape)}")
         array = np.ascontiguousarray(array, dtype=self._dtype)
-        if not self.spec.variable:
+        if not self.variable:
             return array
         return array.tobytes(), np.array(array.shape, dtype="<i8")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from ..formats import ShardFormat, ShardWriter
 from ..formats.base import FormatOptions
 from ..integrity import hash_shard_file, temp_path
 from ..manifest import SHARDS_DIR
-from ..records import Encoded
+from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
 from .journal import Journal
 from .plan import ShardTask
@@ -22,6 +22,9 @@ from .sink import ShardResult, WrittenShard, write_failure
 #: The done record of a whole shard of fields: DST/.shardkit/done/<stem>.fields.json, and its keys.
 RECORD_SUFFIX = ".fields"
 RECORD_KEYS = {"shard", "stem", "num_samples", "files", "emitted", "end", "skipped"}
+#: Samples a shard holds before handing them to its column writers, a run per column: a format
+#: packs a run in one loop (keys, labels and CRC32s at once), not a call per sample and column.
+COLUMN_RUN = 512
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class FieldShard:
         self._files: Dict[str, Path] = {}
         self._estimates: Dict[str, Dict[int, int]] = {}
         self._writers: Dict[str, ShardWriter] = {}
+        self._pending: List[Dict[str, Encoded]] = []
         try:
             for column, schema in schemas.items():
                 final = Path(dst) / column_path(stem, column, fmt.extension)
@@ -85,18 +89,32 @@ class FieldShard:
         return total
 
     def add(self, record: Dict[str, Encoded], nbytes: int) -> None:
-        """Append one sample (its record for every column)."""
+        """Append one sample (its record for every column); the column writers get it in the next run."""
+        self._pending.append(record)
+        self.count += 1
+        self.nbytes += nbytes
+        if len(self._pending) >= COLUMN_RUN:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Give the samples held so far to the column writers, a run per column."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
         for column, writer in self._writers.items():
             try:
-                writer.append(record[column])
+                writer.append_many(column_run([record[column] for record in pending], self.schemas[column]))
             except Exception as exc:  # noqa: BLE001 - a write failure names the file
                 raise write_failure(Path(self.dst) / column_path(self.stem, column, self.fmt.extension),
                                     self._task(column), exc) from None
-        self.count += 1
-        self.nbytes += nbytes
 
     def close(self) -> Dict[str, WrittenShard]:
         """Finish every file (not yet durable): column -> its WrittenShard, for the sink to commit."""
+        try:
+            self._hand_over()
+        except BaseException:
+            self.abort()
+            raise
         written = {}
         for column, writer in self._writers.items():
             final = Path(self.dst) / column_path(self.stem, column, self.fmt.extension)
@@ -117,9 +135,23 @@ class FieldShard:
         """Drop the shard: its writers released, its temporary files removed."""
         for writer in self._writers.values():
             writer.abort()
-        self._writers = {}
+        self._writers, self._pending = {}, []
         for tmp in self._files.values():
             tmp.unlink(missing_ok=True)
+
+
+def column_run(values: List[Encoded], schema: SampleSchema) -> Sequence[Encoded]:
+    """One column's values of consecutive samples as a run for append_many (stored as append()
+    of each would store them): a block of rows for a fixed-shape array column, a list of byte
+    strings otherwise; the values themselves when their arrays do not stack into rows."""
+    labels, crcs, keys = [one.label for one in values], [one.crc32 for one in values], [one.key for one in values]
+    if not schema.is_array:
+        return EncodedRows([one.payload for one in values], labels, crcs, keys)
+    try:
+        rows = np.stack([one.payload for one in values])
+    except (ValueError, TypeError):
+        return values                   # append() of each names what does not fit
+    return EncodedRows(rows, labels, crcs, keys)
 
 
 def shard_record(number: int, stem: str, results: Dict[str, ShardResult], emitted: int, end: Optional[int],

@@ -138,7 +138,7 @@ class Writer:
         """Add one sample: a dict of field name -> value (an optional field may be missing or
         None). key: the sample's key (default: key_field's value, else its position in the input)."""
         position = self.buffer.arrivals
-        if not isinstance(sample, Mapping):
+        if type(sample) is not dict and not isinstance(sample, Mapping):
             raise SampleError(f"a sample is a dict of fields, not {type(sample).__name__}",
                               path=f"sample {position}")
         if key is None:
@@ -173,15 +173,15 @@ class Writer:
 
     def _encode(self, sample: Mapping[str, Any], key: str) -> Record:
         """The sample's record for every column; SampleError naming the key and the field."""
-        unknown = [name for name in sample if name not in self._encoders]
-        if unknown:
-            raise SampleError(f"field {unknown[0]!r} is not in the schema ({', '.join(self._encoders)})",
+        if not self._encoders.keys() >= sample.keys():
+            unknown = next(name for name in sample if name not in self._encoders)
+            raise SampleError(f"field {unknown!r} is not in the schema ({', '.join(self._encoders)})",
                               path=f"sample {key!r}")
         record: Record = {}
         for name, encoder in self._encoders.items():
             value = sample.get(name)
             try:
-                if value is None and not encoder.spec.optional:
+                if value is None and not encoder.optional:
                     raise SampleError("is missing (a required field)" if name not in sample else "is None "
                                       "(a required field)")
                 payloads = encoder.absent() if value is None else encoder.encode(value)

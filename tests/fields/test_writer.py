@@ -176,3 +176,23 @@ def test_an_image_field_checks_its_images_as_its_validate_says(tmp_path: Path) -
     shardkit.write([{"image": broken}], tmp_path / "none", {"image": {"type": "image", "validate": "none"}})
     problems = shardkit.verify(str(tmp_path / "none"), mode="deep").problems
     assert len(problems) == 1 and "does not decode" in problems[0].message
+
+
+def test_samples_handed_to_the_formats_in_runs_store_what_one_at_a_time_stores(tmp_path: Path, fmt: str,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard's samples reach the column writers in runs (field_shard.COLUMN_RUN); runs of 4 that
+    cut shards of 7 anywhere give the same files, byte for byte, as runs of one sample. Mutations:
+    a run's labels (presence) or CRC32s taken from another column; a run's keys dropped."""
+    import shardkit.writing.field_shard as field_shard
+
+    samples = make_samples(23)
+    digests = []
+    for run in (1, 4):
+        monkeypatch.setattr(field_shard, "COLUMN_RUN", run)
+        dst = tmp_path / f"run-{run}"
+        shardkit.write(samples, dst, ALL_FIELDS, format=fmt, samples_per_shard=7, shuffle_buffer=5)
+        digests.append([shard["files"] for shard in json.loads((dst / "manifest.json").read_text())["shards"]])
+    assert digests[0] == digests[1]
+    assert shardkit.verify(str(tmp_path / "run-4"), mode="deep").ok
+    with shardkit.open_dataset(tmp_path / "run-4") as ds:
+        assert sorted(ds.key(index) for index in range(len(ds))) == sorted(str(n) for n in range(23))
