@@ -180,13 +180,14 @@ class FolderTree(MemberTree):
 
 def modified_ns(info: Mapping[str, Any]) -> int:
     """An object's modification time as ns since the epoch, from the fields the stores give
-    (S3: LastModified, GCS: updated, HTTP and local: mtime); 0 when none."""
+    (S3: LastModified, GCS: updated, HTTP and local: mtime); 0 when none. A date is cut to its
+    whole second, whether the store gives it as text or as a datetime, so both give one time."""
     for key in ("LastModified", "updated", "mtime", "last_modified", "Last-Modified"):
         value = info.get(key)
         if value is None:
             continue
         if hasattr(value, "timestamp"):
-            return int(round(value.timestamp())) * 1_000_000_000
+            return int(value.timestamp()) * 1_000_000_000
         try:
             return int(round(float(value) * 1e9))
         except (TypeError, ValueError):

@@ -15,6 +15,9 @@ from .servers import FaultyFolderServer, S3Server
 
 # Retries wait 0.5 s, then 1 s, ... in real use; here a few milliseconds, so faults test quickly.
 os.environ["SHARDKIT_RETRY_DELAY"] = "0.01"
+# gcsfs asks a gRPC service for each bucket's layout unless told not to at its import; the Cloud
+# Storage emulator of test_gcs.py has none (each ask would wait a minute)
+os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
-"""Real servers on 127.0.0.1 for the remote tests and benchmarks: moto's S3 server, and an HTTP
-server of a local folder that can misbehave on purpose (drop the connection mid-object, answer 5xx,
-answer slowly, stall, send a truncated or an altered object). Both stop by themselves. The
-benchmarks run moto in a process of its own (S3ProcessServer)."""
+"""Real servers on 127.0.0.1 for the remote tests and benchmarks: moto's S3 server, a Google Cloud
+Storage emulator (the JSON API gcsfs speaks), and an HTTP server of a local folder that can
+misbehave on purpose (drop the connection mid-object, answer 5xx, answer slowly, stall, send a
+truncated or an altered object). All stop by themselves. The benchmarks run moto in a process of
+its own (S3ProcessServer)."""
 from __future__ import annotations
 
 import collections
@@ -215,9 +216,7 @@ class S3ProcessServer(S3Server):
     which starts faster)."""
 
     def __init__(self) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         self.process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.endpoint, self.buckets = f"http://127.0.0.1:{port}", 0
@@ -235,3 +234,42 @@ class S3ProcessServer(S3Server):
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class GCSServer:
+    """gcp-storage-emulator's server (Cloud Storage's JSON API, objects in memory) on 127.0.0.1;
+    options() are the storage_options through which gcsfs reaches it, anonymously."""
+
+    def __init__(self) -> None:
+        # gcsfs asks a gRPC service, which the emulator lacks, for each bucket's layout unless told not to
+        os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+        from gcp_storage_emulator.server import create_server
+        logging.getLogger("gcp_storage_emulator").setLevel(logging.ERROR)
+        port = free_port()
+        self.server = create_server("127.0.0.1", port, in_memory=True)
+        self.server.start()
+        self.endpoint, self.buckets = f"http://127.0.0.1:{port}", 0
+
+    def options(self, **extra: Any) -> Dict[str, Any]:
+        return {"endpoint_url": self.endpoint, "token": "anon", "project": "shardkit-test",
+                "skip_instance_cache": True, **extra}
+
+    def filesystem(self) -> Any:
+        import gcsfs
+        return gcsfs.GCSFileSystem(**self.options())
+
+    def new_bucket(self) -> str:
+        self.buckets += 1
+        name = f"bucket-{os.getpid()}-{self.buckets}"
+        self.filesystem().mkdir(name)
+        return name
+
+    def stop(self) -> None:
+        self.server.stop()
