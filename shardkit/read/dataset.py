@@ -13,7 +13,6 @@ from ..formats import get_format
 from ..manifest import Manifest, load_manifest
 from ..records import Encoded
 from .indices import sample_index, sample_indices
-from ..remote.location import redact_url
 from .remote_files import REMOTE_OPTIONS, remote_files
 from .shards import ShardRecords
 
@@ -206,12 +205,8 @@ def open_dataset(root: "str | os.PathLike[str]", **kwargs: Any) -> ShardDataset:
     remote = remote_files(root, *(kwargs.pop(name, None) for name in REMOTE_OPTIONS))
     manifest = remote.manifest if remote is not None else load_manifest(root)
     if manifest.fields is not None:
-        if remote is not None:
-            remote.close()
-            raise UsageError("a dataset of named fields is read from local disk: copy it there first "
-                             "with `shardkit pull URL DST`", path=redact_url(os.fspath(root)))
         from .fields_dataset import FieldsDataset
-        return FieldsDataset(root, _manifest=manifest, **kwargs)  # type: ignore[return-value]
+        return FieldsDataset(root, _manifest=manifest, _remote=remote, **kwargs)  # type: ignore[return-value]
     if "fields" in kwargs:
         raise UsageError("fields= applies to datasets of named fields; this one holds one payload per sample",
                          path=str(root))

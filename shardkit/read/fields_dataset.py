@@ -19,6 +19,7 @@ from ..errors import CorruptSampleError, SampleError, UsageError
 from ..field_views import column_views
 from ..manifest import Manifest, load_manifest
 from ..records import NO_LABEL, Encoded
+from ..remote.cache import RemoteShardCache
 from ..schema import FieldSpec
 from .cache import CacheInfo, ShardCache
 from .dataset import ClassNames
@@ -64,8 +65,11 @@ class FieldsDataset(ClassNames, torch.utils.data.Dataset):
     def __init__(self, root: "str | os.PathLike[str]", fields: Optional[Sequence[str]] = None,
                  decode: Any = "pil", transform: Optional[Callable[[Any], Any]] = None,
                  verify_checksums: "bool | str" = False, max_open_shards: Optional[int] = None,
-                 return_key: bool = False, _manifest: Optional[Manifest] = None, **format_options: Any) -> None:
-        self.root = os.path.abspath(os.fspath(root))
+                 return_key: bool = False, _manifest: Optional[Manifest] = None,
+                 _remote: Optional[RemoteShardCache] = None, **format_options: Any) -> None:
+        #: The local cache of a dataset at a URL (open_dataset makes it), else None.
+        self.remote_cache = _remote
+        self.root = _remote.location.shown if _remote is not None else os.path.abspath(os.fspath(root))
         self.manifest = _manifest if _manifest is not None else load_manifest(self.root)
         self.specs = _selected(self.manifest, fields, self.root)
         self.as_tuple = fields is not None
@@ -75,11 +79,16 @@ class FieldsDataset(ClassNames, torch.utils.data.Dataset):
             max_open_shards = default_budget(verify_checksums == "full", self.manifest.shards.sizes)
         if max_open_shards < 1:
             raise UsageError("max_open_shards must be at least 1")
+        units = self.manifest.shards.sizes          # a shard's files, every column's, together
+        if _remote is not None and len(units) and _remote.limit < int(units.sum()):
+            # open files stay in the cache: no more whole shards at once than the limit holds
+            max_open_shards = min(max_open_shards, max(1, _remote.limit // int(units.max())) * len(columns))
         #: Files kept open per process, every column's together (each column's cache a share of it).
         self.max_open_shards = max_open_shards
         share = max(1, max_open_shards // len(columns))
-        self.records = {column: ShardRecords(self.root, verify_checksums=verify_checksums,
-                                             max_open_shards=share, _manifest=view, **format_options)
+        self.records = {column: ShardRecords(self.root, verify_checksums=verify_checksums, max_open_shards=share,
+                                             _manifest=view, _remote=None if _remote is None else
+                                             _remote.for_manifest(view), **format_options)
                         for column, view in column_views(self.manifest, columns).items()}
         self.shard_cache = FieldCaches({column: records.shard_cache for column, records in self.records.items()})
         first = next(iter(self.records.values()))
@@ -168,10 +177,18 @@ class FieldsDataset(ClassNames, torch.utils.data.Dataset):
         return self.shard_cache.prepare()
 
     def prefetch(self, shards: Iterable[int]) -> None:
-        """Nothing to fetch: a dataset of named fields is read from local disk (ShardRecords.prefetch)."""
+        """Fetch these shards' files of every column read into the local cache in the background
+        (a dataset at a URL; nothing for a local one). ShardStream and ShardAwareSampler call it."""
+        wanted = list(shards)
+        for records in self.records.values():
+            records.prefetch(wanted)
 
     def close(self) -> None:
-        self.shard_cache.close()
+        """Close the shards this process holds open (and stop prefetching)."""
+        for records in self.records.values():
+            records.close()
+        if self.remote_cache is not None:
+            self.remote_cache.close()
 
     def __enter__(self) -> "FieldsDataset":
         return self

@@ -54,9 +54,15 @@ class RemoteShardCache:
         None: room for the whole dataset (each shard is fetched once)."""
         _, manifest = fetch_manifest(RemoteLocation(url, storage_options))
         if cache_limit is None:
-            table = manifest.sample_table
-            cache_limit = int(manifest.shards.sizes.sum()) + (int(table["size"]) if table else 0)
+            tables = [manifest.sample_table] if manifest.fields is None else list(manifest.fields.sample_tables.values())
+            cache_limit = int(manifest.shards.sizes.sum()) + sum(int(table["size"]) for table in tables if table)
         return cls(url, cache_dir, cache_limit, manifest, storage_options=storage_options)
+
+    def for_manifest(self, manifest: Manifest) -> "RemoteShardCache":
+        """A cache of the same folder, limit and store for the files that `manifest` lists (one
+        column of a dataset of named fields: each column's files are a dataset of their own, and
+        all share one folder, so one limit bounds them together)."""
+        return RemoteShardCache(self.url, self.cache_dir, self.limit, manifest, storage_options=self.storage_options)
 
     def _reset(self) -> None:
         """The per-process state: pins, the prefetch pool, the lock guarding them."""
