@@ -24,11 +24,12 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 from ..errors import UsageError
+from ..records import NO_LABEL
 from ..runtime.progress import Progress
 from ..runtime.workers import default_workers, exit_if_importing_main
 from .key_table import DEFAULT_MEMORY_ROWS, KeyTable
-from .sample_digests import (PIXELS, STORED, Digests, close_datasets, payload_digests, payload_signature,
-                             run_digests, stored_crcs, tasks_for)
+from .sample_digests import (PIXELS, STORED, Digests, close_datasets, payload_digests, run_digests,
+                             sample_signature, stored_crcs, tasks_for)
 
 #: A reference packs (dataset number, global index): index in the low bits.
 _INDEX_BITS = 40
@@ -120,9 +121,9 @@ def duplicates(dsts: Sequence[str], pixels: bool = False, across: bool = False, 
             raise UsageError("is given twice (each dataset is compared with itself already)", path=dst)
     datasets = [open_dataset(dst, decode=None) for dst in dsts]
     for dst, ds in zip(dsts, datasets):
-        if ds.manifest.fields is not None:
-            raise UsageError("holds samples of named fields; duplicates compares datasets of one payload "
-                             "per sample", path=dst)
+        if pixels and ds.manifest.fields is not None:
+            raise UsageError("--pixels compares the images of datasets of one image per sample; this one holds "
+                             "samples of named fields (compared by their stored bytes)", path=dst)
         if pixels and ds.manifest.schema.kind != "image":
             raise UsageError("--pixels compares images; this dataset holds table rows", path=dst)
     report = DuplicatesReport(dsts, [len(ds) for ds in datasets], pixels, across)
@@ -151,7 +152,7 @@ def _stored_groups(dsts: List[str], datasets: List[Any], workers: int, quiet: bo
     candidates = [np.zeros(len(ds), dtype=bool) for ds in datasets]
     with KeyTable(total, memory_rows) as table, Progress(total, "duplicates: stored CRC32s", quiet=quiet) as bar:
         for number, ds in enumerate(datasets):
-            layout = np.uint64(zlib.crc32(payload_signature(ds.manifest.schema))) << np.uint64(32)
+            layout = np.uint64(zlib.crc32(sample_signature(ds))) << np.uint64(32)
             crcs = stored_crcs(ds)
             for start in range(0, len(crcs), _CRC_BLOCK):
                 block = crcs[start:start + _CRC_BLOCK].astype(np.uint64)
@@ -221,8 +222,8 @@ def _described(groups: List[np.ndarray], dsts: List[str], datasets: List[Any]) -
     for ref in refs.tolist():
         number, index = ref >> _INDEX_BITS, ref & _INDEX_MASK
         ds = datasets[number]
-        if number not in labels:
-            labels[number] = ds.targets()
+        if number not in labels:        # a sample of named fields has no one label
+            labels[number] = ds.targets() if ds.manifest.fields is None else np.full(len(ds), NO_LABEL)
         label, classes = int(labels[number][index]), ds.classes
         members[ref] = Member(number, dsts[number], index, ds.key(index), label,
                               classes[label] if 0 <= label < len(classes) else None)

@@ -6,6 +6,10 @@ A stored digest covers the payload's layout (bytes, or an array's dtype and shap
 as stored (before a format's own compression); a pixel digest covers the decoded RGB image (height,
 width, channels and every pixel) as `open_dataset(decode="numpy")` gives it. A sample whose bytes
 do not match its stored CRC32, or that does not decode, is reported and left out.
+
+A sample of named fields is all of its columns: its signature names every column with its layout,
+its CRC32 candidate key mixes the columns' CRC32s, and its digest covers each column's bytes (with
+their length), in column order.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import ShardkitError
+from ..records import NO_LABEL
 from ..runtime.workers import run_in_workers
 from ..sample_table import read_rows
 
@@ -60,9 +65,24 @@ def payload_signature(schema: Any) -> bytes:
     return b"bytes"
 
 
+def sample_signature(ds: Any) -> bytes:
+    """What a dataset's samples are, besides their bytes: the payload's layout, or for named fields
+    each column with its layout, in column order."""
+    if ds.manifest.fields is None:
+        return payload_signature(ds.manifest.schema)
+    return b"fields:" + b";".join(column.encode() + b"=" + payload_signature(records.manifest.schema)
+                                  for column, records in ds.records.items())
+
+
 def stored_crcs(ds: Any) -> np.ndarray:
     """Every sample's stored CRC32 (uint32): the sample table's column when the dataset has one
-    (checked against its sha256), else each record's, read through the dataset."""
+    (checked against its sha256), else each record's, read through the dataset. For named fields,
+    the columns' CRC32s mixed into one (a candidate key: equal samples have equal ones)."""
+    if ds.manifest.fields is not None:
+        mixed = np.zeros(len(ds), dtype=np.uint64)
+        for records in ds.records.values():
+            mixed = mixed * np.uint64(0x9E3779B97F4A7C15) + stored_crcs(records).astype(np.uint64)
+        return (mixed ^ (mixed >> np.uint64(32))).astype(np.uint32)
     entry = ds.manifest.sample_table
     if entry is not None:
         return read_rows(ds.root, entry, "crc32")
@@ -95,20 +115,21 @@ def close_datasets() -> None:
 def digest_samples(task: DigestTask) -> Digests:
     """The task's digests (module level: worker processes run it)."""
     ds = _dataset(task.dst, task.mode)
-    signature = payload_signature(ds.manifest.schema)
+    signature = sample_signature(ds)
     kept: List[int] = []
     digests: List[bytes] = []
     problems: List[str] = []
     for start in range(0, len(task.indices), _CHUNK):
         chunk = task.indices[start:start + _CHUNK].tolist()
         for index, encoded in zip(chunk, ds.read_encoded_many(chunk)):
-            payload = encoded.payload
-            if zlib.crc32(payload) & 0xFFFFFFFF != encoded.crc32:
+            values = list(encoded.values()) if isinstance(encoded, dict) else [encoded]
+            if any(zlib.crc32(value.payload) & 0xFFFFFFFF != value.crc32 for value in values):
                 problems.append(_problem(task.dst, ds, index, "its stored bytes do not match their CRC32 "
                                                               "(damaged: run shardkit verify --deep)"))
                 continue
             try:
-                digest = _digest(signature, payload) if task.mode == STORED else _pixels(ds, encoded, index)
+                digest = _digest(signature, values, isinstance(encoded, dict)) if task.mode == STORED else \
+                    _pixels(ds, encoded, index)
             except ShardkitError as exc:
                 problems.append(_problem(task.dst, ds, index, f"does not decode ({exc.problem or exc})"))
                 continue
@@ -118,9 +139,16 @@ def digest_samples(task: DigestTask) -> Digests:
     return Digests(task.dataset, np.array(kept, dtype=np.int64), words[:, 0].copy(), words[:, 1].copy(), problems)
 
 
-def _digest(signature: bytes, payload: Any) -> bytes:
+def _digest(signature: bytes, values: List[Any], fields: bool) -> bytes:
+    """The digest of a sample's stored payloads: its one payload, or each column's after its length
+    and its presence (an absent optional field and an empty value are not the same sample)."""
     digest = hashlib.blake2b(signature, digest_size=16)
-    digest.update(payload if isinstance(payload, (bytes, memoryview)) else np.ascontiguousarray(payload))
+    for value in values:
+        payload = value.payload
+        data = payload if isinstance(payload, (bytes, memoryview)) else np.ascontiguousarray(payload)
+        if fields:
+            digest.update(memoryview(data).nbytes.to_bytes(8, "little") + bytes([value.label != NO_LABEL]))
+        digest.update(data)
     return digest.digest()
 
 

@@ -141,9 +141,16 @@ class FieldsDataset(ClassNames, torch.utils.data.Dataset):
     def __getitems__(self, indices: Sequence[Any]) -> List[Any]:
         """A batch in the order asked, each column read in one pass per shard."""
         wanted = sample_indices(indices, self._length)
+        return [self.finish(record, index) for record, index in zip(self._read_many(wanted), wanted.tolist())]
+
+    def read_encoded_many(self, indices: Sequence[Any]) -> List[Record]:
+        """The stored records of global indices, in their order (one per column read, each column
+        read in one pass per shard)."""
+        return self._read_many(sample_indices(indices, self._length))
+
+    def _read_many(self, wanted: Any) -> List[Record]:
         columns = {column: records._read_many(wanted) for column, records in self.records.items()}
-        return [self.finish({column: batch[row] for column, batch in columns.items()}, index)
-                for row, index in enumerate(wanted.tolist())]
+        return [{column: batch[row] for column, batch in columns.items()} for row in range(len(wanted))]
 
     def finish(self, record: Record, index: Optional[int] = None) -> Any:
         """A sample's stored records as __getitem__ returns the sample: decoded, with the key when

@@ -1,5 +1,5 @@
-"""What a dataset of named fields is refused by, with one line naming it: duplicates (which compares
-one stored payload per sample) and re-sharding of a dataset as SRC (format changes and filtered
+"""What a dataset of named fields is refused by, with one line naming it: duplicates --pixels (which
+decodes one image per sample) and re-sharding of a dataset as SRC (format changes and filtered
 copies: --classes, --keys, --fraction), which copies one record per sample."""
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ from shardkit.errors import UsageError
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 
-@pytest.mark.parametrize("args", [["duplicates"], ["duplicates", "--pixels"]])
-def test_duplicates_refuses_a_dataset_of_fields(args: list, dataset_dir: Path) -> None:
-    """Mutation: removing the check in duplicates() fails this test (an AttributeError deep inside)."""
+def test_duplicates_pixels_refuses_a_dataset_of_fields(dataset_dir: Path) -> None:
+    """--pixels decodes one image per sample; a dataset of fields is compared by its stored bytes.
+    Mutation: removing the check in duplicates() fails this test (an error deep inside)."""
     fields = str(GOLDEN / "hdf5-v3-fields")
-    result = CliRunner().invoke(main, [*args, str(dataset_dir), fields])
+    result = CliRunner().invoke(main, ["duplicates", "--pixels", str(dataset_dir), fields])
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
-    assert lines == [f"error: {fields}: holds samples of named fields; duplicates compares datasets of one "
-                     "payload per sample"]
+    assert lines == [f"error: {fields}: --pixels compares the images of datasets of one image per sample; this "
+                     "one holds samples of named fields (compared by their stored bytes)"]
     with pytest.raises(UsageError, match="named fields"):
-        shardkit.duplicates([fields])
+        shardkit.duplicates([fields], pixels=True)
 
 
 @pytest.mark.parametrize("options", [[], ["--classes", "cat"], ["--fraction", "0.5"], ["--format", "pt"]])
