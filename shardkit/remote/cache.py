@@ -54,7 +54,8 @@ class RemoteShardCache:
         None: room for the whole dataset (each shard is fetched once)."""
         _, manifest = fetch_manifest(RemoteLocation(url, storage_options))
         if cache_limit is None:
-            tables = [manifest.sample_table] if manifest.fields is None else list(manifest.fields.sample_tables.values())
+            tables = [manifest.sample_table] if manifest.fields is None else \
+                list(manifest.fields.sample_tables.values())
             cache_limit = int(manifest.shards.sizes.sum()) + sum(int(table["size"]) for table in tables if table)
         return cls(url, cache_dir, cache_limit, manifest, storage_options=storage_options)
 

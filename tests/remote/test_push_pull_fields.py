@@ -49,7 +49,8 @@ def test_a_dataset_of_fields_at_a_url_reads_as_its_local_copy(s3: S3Server, buck
         assert [texts[i] for i in range(len(texts))] == [(f"t{n}",) for n in range(40)]
     manifest = json.loads((tmp_path / "source" / "manifest.json").read_text())
     text_files = {shard["files"]["text"]["sha256"] for shard in manifest["shards"]}
-    text_files |= {manifest["sample_tables"]["text"]["sha256"]} if "text" in manifest.get("sample_tables", {}) else set()
+    tables = manifest.get("sample_tables", {})
+    text_files |= {tables["text"]["sha256"]} if "text" in tables else set()
     cached = {path.name.split("-")[0] for path in (tmp_path / "text-only" / "objects").iterdir()}
     assert cached == text_files
 
