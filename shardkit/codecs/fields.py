@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import numpy as np
 
 from ..errors import SampleError
-from ..records import NO_LABEL, Encoded, Payload
+from ..records import NO_LABEL, Encoded, Payload, payload_crc32
 from ..schema import LAYOUT_ARRAY, LAYOUT_BYTES, SHAPE_SUFFIX, FieldSpec, SampleSchema
 from .image import ImageCodec, make_image_codec
 from .validate import sniff
@@ -238,7 +238,7 @@ def _shape_text(shape: Tuple[Optional[int], ...]) -> str:
 
 def encoded(payload: Payload, present: bool, key: Optional[str]) -> Encoded:
     """The record stored for one column of one sample: presence as its label."""
-    return Encoded.make(payload, PRESENT if present else ABSENT, key)
+    return Encoded(payload, PRESENT if present else ABSENT, payload_crc32(payload), key)
 
 
 def infer_field(name: str, value: Any) -> FieldSpec:
