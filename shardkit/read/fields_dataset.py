@@ -44,10 +44,6 @@ class FieldCaches:
     def prepare(self) -> int:
         return min(cache.prepare() for cache in self.caches.values())
 
-    def close(self) -> None:
-        for cache in self.caches.values():
-            cache.close()
-
     @property
     def capacity(self) -> int:
         """Files kept open at most, every column's together."""

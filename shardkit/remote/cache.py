@@ -72,6 +72,7 @@ class RemoteShardCache:
         self._pins: Dict[str, List[int]] = {}       # object name -> [pin descriptor, uses]
         self._queued: Set[int] = set()              # shards waiting for or in a prefetch
         self._ahead: Set[int] = set()               # shards of the latest prefetch not asked for since
+        self._past_limit = False                    # a read of this process took the folder past the limit
         self._pool: Optional[ThreadPoolExecutor] = None
 
     def _this_process(self) -> None:
@@ -125,8 +126,8 @@ class RemoteShardCache:
         return str(self.folder.object_path(name))
 
     def _release(self, name: str) -> None:
-        """End one use of the object; once none is left, unpin it and bring the folder back under
-        its limit (a read fetched while every object was pinned may have taken it past)."""
+        """End one use of the object; once none is left, unpin it and, when a read of this process
+        took the folder past its limit (every object was pinned), bring it back under."""
         self._this_process()
         with self._lock:
             held = self._pins.get(name)
@@ -137,7 +138,10 @@ class RemoteShardCache:
                 return
             del self._pins[name]
             os.close(held[0])
-        self.folder.trim(self.limit, keep=self._prefetched_names())
+            past, self._past_limit = self._past_limit, False
+        if past and not self.folder.trim(self.limit, keep=self._prefetched_names()):
+            with self._lock:
+                self._past_limit = True         # still past: objects of this process are pinned
 
     def prefetch(self, shards: Iterable[int]) -> None:
         """Fetch these shards, the ones needed next, in the background (at most PREFETCH_QUEUE
@@ -226,7 +230,10 @@ class RemoteShardCache:
                 self.folder.touch(name)
                 return True
             keep = () if for_read else self._prefetched_names()
-            tmp = self.folder.reserve(name, size, self.limit, evict=for_read, keep=keep)
+            tmp, past = self.folder.reserve(name, size, self.limit, evict=for_read, keep=keep)
+            if past and tmp is not None:
+                with self._lock:
+                    self._past_limit = True     # trimmed when a read of this process ends
             if tmp is None:
                 return False
             try:

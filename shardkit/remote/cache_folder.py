@@ -81,27 +81,29 @@ class CacheFolder:
         finally:
             os.close(fd)
 
-    def reserve(self, name: str, size: int, limit: int, evict: bool, keep: Collection[str] = ()) -> Optional[Path]:
+    def reserve(self, name: str, size: int, limit: int, evict: bool,
+                keep: Collection[str] = ()) -> Tuple[Optional[Path], bool]:
         """Room for a download of size bytes, made by evicting least recently used objects that no
         process pins (nor those in keep), and the temporary file to download into, created while the
-        room is counted so that no other process counts the same room. evict=False (a prefetch):
-        None when the room cannot be made. evict=True (a read): the file even when every object is
-        pinned, since what is being read must be fetched (the cache then holds the limit plus the
-        objects being read). Call under fetching(name)."""
+        room is counted so that no other process counts the same room; with whether the download
+        takes the folder past the limit. evict=False (a prefetch): no file when the room cannot be
+        made. evict=True (a read): the file even when every object is pinned, since what is being
+        read must be fetched (the cache then holds the limit plus the objects being read, until
+        trim() once they are released). Call under fetching(name)."""
         with self._cache_lock():
             used = self._evict_down_to(limit - size, keep)
-            if used + size > limit and not evict:
-                return None
+            past = used + size > limit
+            if past and not evict:
+                return None, past
             tmp = self.objects / f".{name}.tmp-{secrets.token_hex(8)}"
             os.close(create_new(tmp))
-            return tmp
+            return tmp, past
 
-    def trim(self, limit: int, keep: Collection[str] = ()) -> None:
+    def trim(self, limit: int, keep: Collection[str] = ()) -> bool:
         """Evict least recently used objects that no process pins (nor those in keep) until the
-        folder holds at most limit bytes or nothing more can go: a read let the folder past its
-        limit while every object was pinned, and the room comes back once its shard is released."""
+        folder holds at most limit bytes or nothing more can go; whether it is within the limit."""
         with self._cache_lock():
-            self._evict_down_to(limit, keep)
+            return self._evict_down_to(limit, keep) <= limit
 
     def _evict_down_to(self, room: int, keep: Collection[str]) -> int:
         """Evict unpinned objects not in keep, oldest first, until at most room bytes are used; the
