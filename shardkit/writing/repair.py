@@ -56,8 +56,8 @@ def repair_shards(manifest: Manifest, dst: str, plan: Optional[ConversionPlan], 
                   written_before: bool = False) -> Tuple[int, List[str]]:
     """Write again each shard of manifest (of `shards`, default all) whose file is missing or differs
     from its record, and (with `table`) the sample table if it does or a shard was written (here, or
-    before: written_before): (shards
-    written, one line per file written again). The lock is held throughout. Every shard is first
+    before: written_before): (shards written, one line per file written again). The lock is held
+    throughout. Every shard is first
     written to a temporary name and its sha256 compared with the manifest's; only when all match
     are they renamed into place, so a SRC that no longer holds the same inputs is refused
     (ConversionError naming what differs) with DST untouched, and a killed repair leaves each shard
