@@ -179,7 +179,7 @@ def kept_record(dst: str, journal: Journal, number: int, stem: str, columns: Lis
     files = record["files"]
     numbers = [record["shard"], record["num_samples"], record["emitted"]]
     if record["shard"] != number or record["stem"] != stem or not isinstance(files, dict) \
-            or list(files) != columns or any(type(value) is not int or value < 0 for value in numbers) \
+            or sorted(files) != sorted(columns) or any(type(value) is not int or value < 0 for value in numbers) \
             or not (record["end"] is None or (type(record["end"]) is int and record["end"] >= record["emitted"])):
         return None
     for column, item in files.items():

@@ -27,13 +27,13 @@ KILLER = textwrap.dedent("""
                     if os.path.exists(os.path.join(dst, ".shardkit", "done", wait_for)):
                         os.kill(os.getpid(), signal.SIGKILL)
                     time.sleep(0.01)    # the writer records a finished commit at its next write()
-            yield {"n": n, "text": "x" * n}
+            yield {"text": "x" * n, "n": n}
     shardkit.write(samples(), dst, samples_per_shard=10, shuffle_buffer=7, seed=3)
 """)
 
 
 def samples(count: int = 100) -> List[Dict]:
-    return [{"n": n, "text": "x" * n} for n in range(count)]
+    return [{"text": "x" * n, "n": n} for n in range(count)]   # fields not in name order
 
 
 def files_of(root: Path) -> Dict[str, bytes]:
