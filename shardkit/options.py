@@ -312,7 +312,8 @@ class FieldSourceOptions(SourceOptions):
                                                       "0001.txt).")
     label_field: Optional[str] = option("--label-field", metavar="EXT",
                                         help="--sidecars: the field (extension) whose files hold each sample's "
-                                             "class name.")
+                                             "class name; re-sharding a dataset of fields: the label field "
+                                             "--classes and --fraction go by.")
     image_column: Optional[str] = option("--image-column", metavar="C",
                                          help="SRC is a table whose column C holds image paths or bytes; its "
                                               "other columns are fields.")

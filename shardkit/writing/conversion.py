@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import ConversionError, EmptySourceError, UsageError
-from ..manifest import Manifest, ShardEntry, ShardTable
+from ..manifest import MANIFEST_NAME, Manifest, ShardEntry, ShardTable, load_manifest
 from ..options import DEFAULT_FORMAT, RunOptions, refuse_unknown_keywords, split_convert_options
 from ..runtime.workers import exit_if_importing_main
 from ..remote.location import is_url, redact_url
@@ -113,9 +113,19 @@ def convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", *,
     return _convert(src, dst, {name: value for name, value in locals().items() if name not in ("src", "dst")})
 
 
+def fields_dataset(src: str) -> Optional[Manifest]:
+    """The manifest of the dataset of named fields at src (a local folder), else None: such a SRC
+    is copied by convert_fields (writing/stored_fields.py)."""
+    if is_url(src) or not os.path.isfile(os.path.join(src, MANIFEST_NAME)):
+        return None
+    manifest = load_manifest(src)
+    return manifest if manifest.fields is not None else None
+
+
 def _convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", given: Dict[str, Any]) -> ConvertReport:
     exit_if_importing_main()
-    if given.get("sidecars") or any(given.get(name) is not None for name in ("image_column", "label_field")):
+    if given.get("sidecars") or any(given.get(name) is not None for name in ("image_column", "label_field")) \
+            or fields_dataset(os.fspath(src)) is not None:
         from .field_convert import convert_fields   # samples of named fields: writing/field_convert.py
         return convert_fields(os.fspath(src), os.fspath(dst),
                               **{name: value for name, value in given.items() if value is not None})

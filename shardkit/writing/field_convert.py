@@ -1,6 +1,7 @@
 """convert() of the sources of named fields (sources/fields/): an image tree with sidecar files
-(`sidecars=True`, `--sidecars`) or a table with an image column (`image_column=C`,
-`--image-column C`), read item by item into shardkit's Writer.
+(`sidecars=True`, `--sidecars`), a table with an image column (`image_column=C`,
+`--image-column C`), or a dataset of named fields (re-sharded, or copied filtered: its stored
+values copied as they are), read item by item into shardkit's Writer.
 
 The items are taken in a seeded permutation (order "shuffled": the default for trees) or in the
 source's order, in this process; an item that cannot be read, or whose values break the schema,
@@ -20,13 +21,18 @@ from ..runtime.progress import Progress
 from ..sources.base import Skipped
 from ..sources.fields import FieldItem, FieldSource
 from ..units import parse_part
-from .conversion import ConvertReport, refuse_nested
+from .conversion import ConvertReport, fields_dataset, refuse_nested
+from .stored_fields import StoredItem, open_stored
 from .writer import Writer
 
-#: The convert keywords that apply to a source of named fields (the rest are usage errors).
-APPLIES = {"format", "shard_size", "samples_per_shard", "order", "seed", "part", "resume", "overwrite", "quiet",
-           "on_error", "max_errors", "workers", "image_mode", "resize", "size", "quality", "validate", "sidecars",
-           "label_field", "image_column", "label_column", "in_flight", "storage_options"}
+#: The convert keywords that apply to every source of named fields (the rest are usage errors) ...
+WRITER_OPTIONS = {"format", "shard_size", "samples_per_shard", "order", "seed", "part", "resume", "overwrite",
+                  "quiet", "on_error", "max_errors", "workers"}
+#: ... and those of the files (a sidecar tree, a table) ...
+FILE_OPTIONS = {"image_mode", "resize", "size", "quality", "validate", "sidecars", "label_field", "image_column",
+                "label_column", "in_flight", "storage_options"}
+#: ... and those of a dataset of named fields copied (its values are copied as stored).
+STORED_OPTIONS = {"compression", "classes", "keys", "fraction", "label_field"}
 #: Values that mean "not given" (the CLI passes every option, with these for those not given).
 _UNSET: Tuple[Any, ...] = (None, False, [], ())
 _DEFAULTS = {"executor": "local", "on_error": "skip", "validate": "full"}
@@ -37,16 +43,21 @@ READ_BATCH = 64
 def convert_fields(src: str, dst: str, format: str = "hdf5", **options: Any) -> ConvertReport:
     """Convert a source of named fields at SRC into a dataset at DST (see the module doc)."""
     src, dst = os.fspath(src), os.fspath(dst)
-    foreign = sorted(name for name, value in options.items()
-                     if name not in APPLIES and value not in _UNSET and value != _DEFAULTS.get(name))
+    stored = fields_dataset(src)
+    applies, what = (STORED_OPTIONS, "a dataset of named fields (its values are copied as stored)") \
+        if stored is not None else (FILE_OPTIONS, "sources of named fields (--sidecars, --image-column)")
+    foreign = sorted(name for name, value in options.items() if name not in WRITER_OPTIONS | applies
+                     and value not in _UNSET and value != _DEFAULTS.get(name))
     if foreign:
         flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
-        raise UsageError(f"{flags} {'does' if len(foreign) == 1 else 'do'} not apply to sources of named fields "
-                         "(--sidecars, --image-column)", path=src)
+        raise UsageError(f"{flags} {'does' if len(foreign) == 1 else 'do'} not apply to {what}", path=src)
     if not is_url(src) and not os.path.exists(src):
         raise UsageError("no such file or directory", path=src)
     refuse_nested(src, dst)
-    source = open_field_source(src, options)
+    if stored is not None:
+        source: FieldSource = open_stored(src, stored, options)
+    else:
+        source = open_field_source(src, options)
     started = time.monotonic()
     order = options.get("order") or source.default_order
     seed = int(options.get("seed") or 0)
@@ -113,9 +124,12 @@ def _write_items(source: FieldSource, writer: Writer, positions: Optional[Any], 
                 bar.advance(1, _write_item(item, writer, options))
 
 
-def _write_item(item: Union[FieldItem, Skipped], writer: Writer, options: Dict[str, Any]) -> int:
+def _write_item(item: Union[FieldItem, StoredItem, Skipped], writer: Writer, options: Dict[str, Any]) -> int:
     """One item into the writer (its source bytes), or skipped: counted against max_errors,
     raised with on_error="fail"."""
+    if isinstance(item, StoredItem):
+        writer.copy(item.record)
+        return item.source_bytes
     if not isinstance(item, Skipped):
         try:
             writer.write(item.sample, key=item.key)

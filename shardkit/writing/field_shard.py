@@ -13,6 +13,7 @@ from ..formats import ShardFormat, ShardWriter
 from ..formats.base import FormatOptions
 from ..integrity import hash_shard_file, temp_path
 from ..manifest import SHARDS_DIR
+from ..runtime.fault_points import kill_point
 from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
 from .journal import Journal
@@ -125,6 +126,7 @@ class FieldShard:
             except Exception as exc:  # noqa: BLE001 - see add()
                 self.abort()
                 raise write_failure(final, self._task(column), exc) from None
+            kill_point("shard-written", str(final))     # tests only: killed with this file not yet committed
             result = ShardResult(shard=self.number, path=column_path(self.stem, column, self.fmt.extension),
                                  num_samples=self.count, size=size, sha256="")
             written[column] = WrittenShard(self.dst, self._task(column), tmp, final, result)

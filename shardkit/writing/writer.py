@@ -149,6 +149,17 @@ class Writer:
             self._collect(self._pipeline.poll())
         self._push(self._encode(sample, key))
 
+    def copy(self, record: Mapping[str, Encoded]) -> None:
+        """Add one sample as another dataset of the same schema stores it: its value of every column
+        (payload, presence, CRC32, key), checked when read, written as it is (a re-shard's copy)."""
+        columns = list(self._columns) if self._schema is not None else []
+        if not columns or list(record) != columns:
+            raise UsageError("a copied sample needs a value of every column of the writer's schema (given when "
+                             f"the writer is made), in order: {', '.join(columns) or 'none given'}")
+        if self._committing:
+            self._collect(self._pipeline.poll())
+        self._push(dict(record))
+
     def skip(self, path: str, reason: str, at_scan: bool = False) -> None:
         """Note an input that could not become a sample (listed in skipped.jsonl): it keeps its
         position in the input, so a resumed run skips it with the others. at_scan: a file the scan

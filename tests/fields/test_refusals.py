@@ -1,6 +1,5 @@
 """What a dataset of named fields is refused by, with one line naming it: duplicates --pixels (which
-decodes one image per sample) and re-sharding of a dataset as SRC (format changes and filtered
-copies: --classes, --keys, --fraction), which copies one record per sample."""
+decodes one image per sample)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,16 +25,3 @@ def test_duplicates_pixels_refuses_a_dataset_of_fields(dataset_dir: Path) -> Non
                      "one holds samples of named fields (compared by their stored bytes)"]
     with pytest.raises(UsageError, match="named fields"):
         shardkit.duplicates([fields], pixels=True)
-
-
-@pytest.mark.parametrize("options", [[], ["--classes", "cat"], ["--fraction", "0.5"], ["--format", "pt"]])
-def test_re_sharding_refuses_a_dataset_of_fields(options: list, tmp_path: Path) -> None:
-    """Format changes and filtered copies take one payload per sample; nothing is written to DST.
-    Mutation: removing the check in ShardDatasetSource.open fails this test."""
-    src = str(GOLDEN / "lmdb-v2-fields")
-    result = CliRunner().invoke(main, ["convert", src, str(tmp_path / "copy"), *options, "--quiet"])
-    assert result.exit_code == 2, result.output
-    assert result.output.strip().splitlines() == [
-        f"error: {src}: holds samples of named fields; a dataset is re-sharded, converted to another format or "
-        "copied filtered only when it holds one payload per sample"]
-    assert not (tmp_path / "copy").exists()

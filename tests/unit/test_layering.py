@@ -35,6 +35,7 @@ LAYERS = {
     "field_files": 1, "writing.shuffle": 1, "field_views": 2, "writing.field_shard": 3, "ops.field_checks": 3,
     "writing.writer_plan": 4, "writing.writer_finish": 4, "writing.writer": 4, "ops.field_merge": 4,
     "read.fields_dataset": 4, "read.field_collate": 4, "writing.field_convert": 4,
+    "writing.stored_fields": 4,
 }
 
 
