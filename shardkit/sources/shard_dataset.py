@@ -58,8 +58,10 @@ class ShardDatasetSource(Source):
         """The dataset at src (its options class admits no sample option)."""
         manifest = load_manifest(src)
         if manifest.fields is not None:
-            raise UsageError("holds samples of named fields; a dataset is re-sharded, converted to another "
-                             "format or copied filtered only when it holds one payload per sample", path=src)
+            # convert copies such a dataset by itself (writing/stored_fields.py); it is never the
+            # source of a dataset of one payload per sample (an append, a repair)
+            raise UsageError("holds samples of named fields, not one payload per sample as the dataset "
+                             "written from it would", path=src)
         get_format(manifest.format_name)
         return cls(os.path.abspath(src), manifest, options)
 
