@@ -8,7 +8,12 @@ each timed in this process, interleaved, medians of --repeat runs:
   * append: `convert NEW_SRC DST --append` on a fresh copy of DST (the copy is not timed).
 Both with the same --workers and the default options (passthrough, full validation, hdf5).
 
+With --tables ROWS the inputs are tables instead: OLD is one CSV of ROWS rows (numbers, a category
+column, class labels), NEW a second CSV of --share of that many rows (with new categories and a
+new class), ALL a folder of both; DST is converted from OLD with --label-column label.
+
     PYTHONPATH=. python benchmarks/append.py --images 20000 --repeat 3
+    PYTHONPATH=. python benchmarks/append.py --tables 1000000 --repeat 3
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import shardkit
 from shardkit.samples import make_image_tree
@@ -44,6 +49,26 @@ def make_trees(work: str, images: int, share: float) -> Dict[str, str]:
     return {"old": old, "new": new, "all": union}
 
 
+def make_tables(work: str, rows: int, share: float) -> Dict[str, str]:
+    """OLD (table.csv), NEW (new.csv: other rows, two new cities, a new class) and ALL (both) folders under work."""
+    import numpy as np
+    folders = {name: os.path.join(work, name) for name in ("old", "new", "all")}
+    for folder in folders.values():
+        os.makedirs(folder)
+    for name, count, seed, cities, classes in (("old", rows, 1, ["Berlin", "Paris", "Rome"], ["cat", "dog"]),
+                                               ("new", max(1, int(rows * share)), 2, ["Athens", "Paris", "Zurich"],
+                                                ["dog", "emu"])):
+        rng = np.random.default_rng(seed)
+        numbers = rng.random((count, 4))
+        lines = [f"{a:.6f},{b:.6f},{c:.6f},{int(d * 1000)},{cities[i % 3]},{classes[i % 2]}"
+                 for i, (a, b, c, d) in enumerate(numbers.tolist())]
+        path = os.path.join(folders[name], "table.csv" if name == "old" else "new.csv")
+        with open(path, "w") as handle:
+            handle.write("a,b,c,n,city,label\n" + "\n".join(lines) + "\n")
+        os.link(path, os.path.join(folders["all"], os.path.basename(path)))
+    return folders
+
+
 def timed(function: "object", *args: object, **kwargs: object) -> float:
     started = time.perf_counter()
     function(*args, **kwargs)  # type: ignore[operator]
@@ -57,29 +82,38 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", default="1,2", help="worker counts to compare at, comma-separated")
     parser.add_argument("--work", default=None, help="folder for the trees and datasets (default: a temporary one)")
+    parser.add_argument("--tables", type=int, default=None, metavar="ROWS", help="tables of ROWS rows, not images")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="shardkit-append-", dir=args.work)
     try:
-        trees = make_trees(work, args.images, args.share)
+        count = args.tables if args.tables is not None else args.images
+        trees = make_tables(work, count, args.share) if args.tables is not None else \
+            make_trees(work, args.images, args.share)
+        options: Dict[str, Any] = {"label_column": "label"} if args.tables is not None else {}
         base = os.path.join(work, "base")
-        shardkit.convert(trees["old"], base)
-        print(f"{args.images} images, {int(args.images * args.share)} new; medians of {args.repeat} runs\n")
+        shardkit.convert(trees["old"], base, quiet=True, **options)
+        what = "table rows" if args.tables is not None else "images"
+        print(f"{count} {what}, {int(count * args.share)} new; medians of {args.repeat} runs\n")
         print("| workers | contender | samples after | seconds (median) | ratio to full reconversion |")
         print("|---|---|---|---|---|")
         for workers in (int(text) for text in args.workers.split(",")):
-            _compare(work, trees, base, workers, args.repeat)
+            _compare(work, trees, base, workers, args.repeat, options)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _compare(work: str, trees: Dict[str, str], base: str, workers: int, repeat: int) -> None:
+def _compare(work: str, trees: Dict[str, str], base: str, workers: int, repeat: int, options: Dict[str, Any]) -> None:
     times: Dict[str, List[float]] = {"full reconversion": [], "append": []}
     counts: Dict[str, int] = {}
     for run in range(repeat):
         full, appended = os.path.join(work, f"full{run}"), os.path.join(work, f"appended{run}")
-        times["full reconversion"].append(timed(shardkit.convert, trees["all"], full, workers=workers))
+        os.sync()               # neither contender pays for the writeback of the other's files or of the copy
+        times["full reconversion"].append(timed(shardkit.convert, trees["all"], full, workers=workers, quiet=True,
+                                                **options))
         shutil.copytree(base, appended)
-        times["append"].append(timed(shardkit.convert, trees["new"], appended, append=True, workers=workers))
+        os.sync()
+        times["append"].append(timed(shardkit.convert, trees["new"], appended, append=True, workers=workers,
+                                     quiet=True))
         counts = {"full reconversion": len(shardkit.open_dataset(full)), "append": len(shardkit.open_dataset(appended))}
         shutil.rmtree(full)
         shutil.rmtree(appended)

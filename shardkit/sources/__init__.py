@@ -32,9 +32,10 @@ def source_classes() -> List[Type[Source]]:
     return classes
 
 
-def open_source(src: str, source_options: Dict[str, Any], run: RunOptions) -> Source:
+def open_source(src: str, source_options: Dict[str, Any], run: RunOptions, onto: Any = None) -> Source:
     """The Source for SRC, opened with its kind's typed options made from source_options (the
-    convert keywords that belong to no plan or run option); UsageError for a keyword of another kind."""
+    convert keywords that belong to no plan or run option); UsageError for a keyword of another kind.
+    onto: the Manifest of the dataset SRC's items join (Source.open_onto), for an append."""
     from .archives import is_archive_path
     if is_url(src) or is_archive_path(src):
         return _open_elsewhere(src, source_options, run)
@@ -42,7 +43,8 @@ def open_source(src: str, source_options: Dict[str, Any], run: RunOptions) -> So
         raise UsageError("no such file or directory", path=src)
     for cls in source_classes():
         if cls.claims(src, source_options):
-            return cls.open(src, cls.options_class.for_source(source_options, src), run)
+            options = cls.options_class.for_source(source_options, src)
+            return cls.open(src, options, run) if onto is None else cls.open_onto(src, options, run, onto)
     raise UsageError("is a file; SRC must be an image folder, a .csv/.csv.gz file (or .tsv, .jsonl, "
                      ".parquet, .arrow) or a folder of them", path=src)
 

@@ -85,6 +85,12 @@ class Source(abc.ABC):
     def open(cls, src: str, options: Any, run: RunOptions) -> "Source":
         """Scan SRC with this kind's options (an instance of options_class)."""
 
+    @classmethod
+    def open_onto(cls, src: str, options: Any, run: RunOptions, onto: Any) -> "Source":
+        """open(), for items that join the dataset whose Manifest is `onto` (convert --append, repair of
+        an append): sources whose encoding the dataset records (tables) take it from there."""
+        return cls.open(src, options, run)
+
     #: Whether choose() drew with --seed (then --seed is not refused in source order).
     uses_seed: bool = False
 
@@ -166,6 +172,11 @@ class Source(abc.ABC):
     def item_keys(self) -> Optional[List[str]]:
         """The key of each item before it is encoded, for `convert --append` (None: this kind of
         source cannot be appended to a dataset)."""
+        return None
+
+    def held_items(self, manifest: Any) -> Optional[np.ndarray]:
+        """The items whose key the dataset of `manifest` may hold already (None: any of them); an
+        append reads the dataset's keys only when some item may be there."""
         return None
 
     def restrict(self, items: np.ndarray, classes: List[str]) -> None:

@@ -41,7 +41,7 @@ def append_inputs(src: str, dst: str, given: Dict[str, Any], run: RunOptions, st
     keywords = replay_options(manifest, dst)
     check_options(given, keywords, dst)
     options, _, source_options = split_convert_options(keywords)
-    source = open_source(src, source_options, run)
+    source = open_source(src, source_options, run, onto=manifest)
     try:
         if source.kind != manifest.source.get("kind"):
             raise UsageError(f"is a {source.kind} source; the dataset was converted from a "
@@ -49,6 +49,7 @@ def append_inputs(src: str, dst: str, given: Dict[str, Any], run: RunOptions, st
         source.choose(options)
         keep, already = new_items(source, manifest, dst, src)
         notes = [f"{len(already)} inputs already in DST (same key and content) were skipped"] if already else []
+        notes += source.summary().get("warnings", [])
         if not len(keep):
             report = report_for(manifest, dst, started, reused=len(manifest.shards))
             report.warnings = notes + ["nothing new to append"]
@@ -136,9 +137,11 @@ def _combined(old: Manifest, staged: Manifest, src: str, already: int) -> Manife
     history.append({"path": os.path.abspath(src), "fingerprint": staged.source.get("fingerprint"),
                     "first_shard": len(old.shards), "shards": len(staged.shards), "samples": staged.num_samples,
                     "already_in_dst": already, "skipped": int(added.get("skipped", 0)), "appended": creation_time()})
+    if "table_files" in added:              # the names a table row's key starts with (held_items)
+        history[-1]["table_files"] = added["table_files"]
     source = {**old.source, "summary": summary, "appended": history}
     return dataclasses.replace(old, shards=ShardTable.from_entries(entries), classes=list(staged.classes),
-                               source=source, sample_table=None)
+                               schema=staged.schema, source=source, sample_table=None)
 
 
 def _read(path: Path) -> bytes:

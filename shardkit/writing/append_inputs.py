@@ -1,7 +1,8 @@
-"""Which of NEW_SRC's inputs an append adds: those whose key the dataset does not hold yet. An input
-whose key is already in DST with the same stored bytes is skipped (and reported); one with other
-bytes is refused, since a key names one sample. Also the options check: an append takes the
-dataset's recorded options, and an option given that says otherwise is refused."""
+"""Which of NEW_SRC's inputs an append adds: those whose key the dataset does not hold yet (an image
+file's path, a table row's "file:line"). An input whose key is already in DST with the same stored
+bytes and label is skipped (and reported); one with other content is refused, since a key names one
+sample. Also the options check: an append takes the dataset's recorded options, and an option given
+that says otherwise is refused."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -70,21 +71,25 @@ def new_items(source: Source, manifest: Manifest, dst: str, src: str) -> Tuple[n
     first input whose key DST holds with other content."""
     keys = source.item_keys()
     if keys is None:
-        raise UsageError(f"--append takes image trees; a {source.kind} source cannot be appended to a dataset "
-                         "(convert all of its inputs again instead)", path=src)
-    existing = dataset_keys(manifest, dst)
-    candidates = np.array([item for item, key in enumerate(keys) if key in existing], dtype=np.int64)
+        raise UsageError(f"--append takes image trees and local tables; this {source.kind} source cannot be "
+                         "appended to a dataset (convert all of its inputs again instead)", path=src)
+    maybe = source.held_items(manifest)
+    existing = dataset_keys(manifest, dst) if maybe is None or len(maybe) else {}
+    candidates = np.array([item for item in (range(len(keys)) if maybe is None else maybe.tolist())
+                           if keys[item] in existing], dtype=np.int64)
     duplicates: List[str] = []
     if len(candidates):
         fmt = get_format(manifest.format_name)
         options = recorded_options(fmt, manifest, dst)
         readers: Dict[int, Any] = {}
         try:
-            for key, payload in _payloads(source, candidates):
+            for key, payload, label in _payloads(source, candidates):
                 where = existing[key]
                 if where.shard not in readers:      # one open per shard, however many of its inputs come again
                     readers[where.shard] = open_checked(fmt, manifest, dst, where.shard, options)
-                if payload is None or _bytes(readers[where.shard].read(where.local).payload) != payload:
+                stored = readers[where.shard].read(where.local)
+                if payload is None or _bytes(stored.payload) != payload or \
+                        _class(manifest.classes, stored.label) != _class(source.classes, label):
                     raise ConversionError(f"{key!r} is already in DST (sample {where.index}) with other content; "
                                           "an append adds new inputs only (give it another name, or convert "
                                           "again)", path=src)
@@ -96,20 +101,27 @@ def new_items(source: Source, manifest: Manifest, dst: str, src: str) -> Tuple[n
     return keep, duplicates
 
 
-def _payloads(source: Source, items: np.ndarray) -> List[Tuple[str, Any]]:
-    """(key, stored bytes or None where the input does not convert) of each item, in order."""
+def _payloads(source: Source, items: np.ndarray) -> List[Tuple[str, Any, int]]:
+    """(key, stored bytes or None where the input does not convert, label) of each item, in order."""
     keys = source.item_keys() or []
-    found: List[Tuple[str, Any]] = []
+    found: List[Tuple[str, Any, int]] = []
     for outcome in source.encode_items(items):
         if isinstance(outcome, Skipped):
-            found.append((keys[int(items[len(found)])], None))
+            found.append((keys[int(items[len(found)])], None, -1))
         elif isinstance(outcome, ConvertedRun):
             samples = outcome.samples
             rows = samples if not isinstance(samples, EncodedRows) else list(samples)
-            found.extend((str(sample.key), _bytes(sample.payload)) for sample in rows)
+            found.extend((str(sample.key), _bytes(sample.payload), int(sample.label)) for sample in rows)
         else:
-            found.append((str(outcome.sample.key), _bytes(outcome.sample.payload)))
+            sample = outcome.sample
+            found.append((str(sample.key), _bytes(sample.payload), int(sample.label)))
     return found
+
+
+def _class(classes: List[str], label: int) -> Any:
+    """A label as its class name where there are classes (an input's class numbers are its source's until
+    restrict), else as stored."""
+    return classes[label] if classes and 0 <= label < len(classes) else label
 
 
 def _bytes(payload: Any) -> bytes:

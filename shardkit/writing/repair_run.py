@@ -73,7 +73,7 @@ def repair(dst: "str | os.PathLike[str]", src: "str | os.PathLike[str] | Sequenc
         if not shards or number >= len(sources):    # no SRC given for these: a damaged one is refused, naming it
             done = repair_shards(manifest, dst, None, None, run, shards, table=last, written_before=written > 0)
         else:
-            source = open_source(sources[number], source_options, run)
+            source = open_source(sources[number], source_options, run, onto=manifest if number else None)
             try:
                 plan = _plan_of(number, source, options, sources[number], manifest, dst)
                 done = repair_shards(manifest, dst, plan, source, run, shards, table=last,

@@ -21,6 +21,7 @@ from ...codecs.tabular import Column, LabelSpec, TabularCodec
 from .encode import OpenCodes, RowEncoder
 from .files import TableFile
 from .lines import LineTracker, record_lines
+from .onto import Bases, grown
 from .readers import LineCount, read_blocks
 from .row_index import PartOffsets, RowIndexCheck, row_index_columns
 from .spill import Spill, remove_spills
@@ -51,6 +52,7 @@ class ParsedTable:
     spills: List[Spill]
     ranks: List[Dict[str, np.ndarray]]
     row_indices: Dict[str, Tuple[int, bool]]    # row_index_columns, by column name
+    grown: List[str]                            # what an append added to recorded vocabularies (onto.py)
 
 
 Notes = Dict[int, Tuple[int, str]]
@@ -232,9 +234,10 @@ def _numeric_slots(codec: TabularCodec) -> List[int]:
 
 
 def parse_files(files: List[TableFile], codec: TabularCodec, delimiter: str, workers: int, quiet: bool,
-                where: str) -> ParsedTable:
+                where: str, bases: Optional[Bases] = None) -> ParsedTable:
     """Parse every file — large text files split in parts — in `workers` processes when there are
-    several parts, set each file's rows and first row, and merge the vocabularies. `where` names SRC in errors."""
+    several parts, set each file's rows and first row, and merge the vocabularies (those of `bases`
+    grow at their end: onto.py). `where` names SRC in errors."""
     from ...runtime.interrupt import SigintLatch
     from ...runtime.progress import Progress
     from ...runtime.workers import run_in_workers
@@ -262,7 +265,7 @@ def parse_files(files: List[TableFile], codec: TabularCodec, delimiter: str, wor
         for item in files:
             mine = [part for part in parts if part.path == item.path]
             item.rows, item.first_row = sum(part.rows for part in mine), mine[0].first_row
-        table = _merge(codec, parts, results, where)
+        table = _merge(codec, parts, results, where, bases or {})
         table.row_indices = _row_indices(codec, files, parts, results)
         return table
     except BaseException:
@@ -277,23 +280,28 @@ def part_bytes(part: TableFile) -> int:
     return part.stop - part.head.data_offset if part.stop is not None else part.size
 
 
-def _merge(codec: TabularCodec, parts: List[TableFile], results: List[ParsedFile], where: str) -> ParsedTable:
-    """Sorted vocabularies over all files, and each file's map from its ids to their codes."""
+def _merge(codec: TabularCodec, parts: List[TableFile], results: List[ParsedFile], where: str,
+           bases: Bases) -> ParsedTable:
+    """Sorted vocabularies over all files (or a base's grown one), and each file's map from its ids to their codes."""
     opened = list(results[0].codes) if results else []          # the same columns in every file
     vocabularies: Dict[str, List[str]] = {}
+    notes: List[str] = []
+    label = codec.label
     for name in opened:
         values = sorted(set().union(*(result.codes[name].names for result in results)))
+        if name in bases:
+            values, note = grown(name, bases[name], values, label is not None and name == label.name)
+            notes += [note] if note else []
         if len(values) > MAX_CATEGORIES:
             raise too_many_categories(name, where)
         vocabularies[name] = values
     ranks = [{name: result.codes[name].ranks(vocabularies[name]) for name in opened} for result in results]
     columns = [Column(column.name, column.type, tuple(vocabularies[column.name]))
                if column.name in vocabularies else column for column in codec.columns]
-    label = codec.label
     if label is not None and label.name in vocabularies:
         label = LabelSpec(label.name, "class", tuple(vocabularies[label.name]))
     return ParsedTable(TabularCodec(columns, codec.dtype, label), parts, [result.spill for result in results], ranks,
-                       {})
+                       {}, notes)
 
 
 def _row_indices(codec: TabularCodec, files: List[TableFile], parts: List[TableFile],

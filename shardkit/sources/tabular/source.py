@@ -19,16 +19,18 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from ...codecs.tabular import Column, EncodedBatch, TabularCodec
-from ...errors import EmptySourceError, UsageError
+from ...errors import ConversionError, EmptySourceError, UsageError
 from ...options import RunOptions, TabularOptions
 from ...records import EncodedRows, KeyRun
 from ..base import Converted, ConvertedRun, Outcome, SampleBytes, Skipped, Source
 from ..tree import extension_counts
 from .files import (Located, TableFile, check_inflation, holds_table_tree, is_table_path, normalize_decimal,
                     normalize_delimiter)
+from .onto import Bases, check_column_types, recorded_columns, recorded_encoding
 from .parse import ParsedTable, parse_files
 from .scan import label_spec, read_heads, sample, select
-from .types import check_scalar, describe_columns, infer_type, load_schema_file, mostly_numbers, needs_float64
+from .types import (SchemaOverrides, check_scalar, describe_columns, infer_type, load_schema_file, mostly_numbers,
+                    needs_float64)
 
 #: Rows read back from the spill at a time.
 SPILL_BLOCK = 1 << 16
@@ -49,7 +51,8 @@ class TabularSource(Source):
         self.schema = codec.schema()
         label = codec.label
         self.classes = list(label.classes) if label is not None and label.kind == "class" else []
-        self.total_rows = sum(item.rows for item in files)
+        self.total_rows = self._all_rows = sum(item.rows for item in files)
+        self._kept: Optional[np.ndarray] = None      # restrict(): the rows an append converts
         self.parts = parsed.parts
         self._first_rows = [part.first_row for part in self.parts]
         per_row = {item.path: item.size // max(1, item.rows) for item in files}
@@ -76,13 +79,17 @@ class TabularSource(Source):
         return not source_options.get("labels") and holds_table_tree(src)
 
     @classmethod
-    def open(cls, src: str, options: TabularOptions, run: RunOptions) -> "TabularSource":
-        """Read headers, infer the schema from a sample, then parse every file once (see module doc)."""
+    def open(cls, src: str, options: TabularOptions, run: RunOptions, onto: Any = None) -> "TabularSource":
+        """Read headers, infer the schema from a sample, then parse every file once (see module doc);
+        onto: the Manifest of a dataset the rows join, whose recorded encoding they take (onto.py)."""
         label_name = options.label_column
         if not options.no_labels and not label_name:
             raise UsageError("name the target column of the CSV rows with --label-column COLUMN, "
                              "or pass --no-labels", path=src)
         overrides = load_schema_file(options.schema_file)
+        bases: Bases = {}
+        if onto is not None:
+            overrides, bases = recorded_encoding(onto, overrides)
         given = normalize_delimiter(options.delimiter)
         files, skipped, found, delimiter = read_heads(src, given)
         decimal = normalize_decimal(options.decimal, delimiter if any(
@@ -90,7 +97,10 @@ class TabularSource(Source):
         for item in files:
             item.decimal = decimal if item.kind == "text" else None
             item.max_inflation = check_inflation(options.max_inflation)
-        stored, text_columns = select(files, options, label_name, overrides)
+        stored, text_columns = select(files, options, label_name, overrides if onto is None else SchemaOverrides())
+        if onto is not None:
+            stored = recorded_columns(stored, onto, files)
+            check_column_types(files, list(overrides.columns.values()))
         for item in files:
             for name, stored_type in zip(item.head.header, item.types or ()):
                 if name in stored or name == label_name:
@@ -114,17 +124,21 @@ class TabularSource(Source):
         for item in files:                    # fields in the codec's order: features, then text columns
             position = {name: index for index, name in enumerate(item.head.header)}
             item.indices = [position[column.name] for column in codec.columns]
-        parsed = parse_files(files, codec, delimiter, run.workers, run.quiet, src)
+        parsed = parse_files(files, codec, delimiter, run.workers, run.quiet, src, bases)
         _refuse_empty(files, parsed, src)
         where = first.name if len(files) == 1 else src
         warnings += [row_index_warning(where, name, start, per_file) for name, (start, per_file)
-                     in parsed.row_indices.items()]
+                     in parsed.row_indices.items()] + parsed.grown
         summary = _scan_summary(files, skipped, found, sampled, parsed.codec, delimiter)
         if decimal is not None:
             summary["decimal"] = decimal
         if warnings:
             summary["warnings"] = warnings
         return cls(files, parsed.codec, delimiter, summary, skipped, parsed)
+
+    @classmethod
+    def open_onto(cls, src: str, options: TabularOptions, run: RunOptions, onto: Any) -> "TabularSource":
+        return cls.open(src, options, run, onto)
 
     # ---- Source interface -------------------------------------------------------------
     def item_sizes(self) -> np.ndarray:
@@ -136,7 +150,7 @@ class TabularSource(Source):
     def _row_bytes(self) -> int:
         if not self.codec.texts:
             return self.codec.estimated_row_bytes()
-        return self.codec.estimated_row_bytes(self._summary["file_bytes"] / max(1, self.total_rows))
+        return self.codec.estimated_row_bytes(self._summary["file_bytes"] / max(1, self._all_rows))
 
     def plan_ranges(self, max_bytes: Optional[int], max_items: Optional[int],
                     order: Optional[np.ndarray] = None,
@@ -166,7 +180,44 @@ class TabularSource(Source):
             record["decimal"] = self._summary["decimal"]
         return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
+    # ---- appending (writing/append.py): a row is an input, its key "file:line" ----------
+    def item_keys(self) -> Optional[List[str]]:
+        return [key for index, part in enumerate(self.parts) for key in self._keys(index, 0, part.rows)]
+
+    def held_items(self, manifest: Any) -> Optional[np.ndarray]:
+        """The rows of files whose name the dataset's rows carry in their keys (None: not recorded)."""
+        names = [manifest.source.get("summary", {}).get("table_files")] + \
+            [append.get("table_files") for append in manifest.source.get("appended", [])]
+        if any(found is None for found in names):
+            return None
+        held = {name for found in names for name in found}
+        rows = [np.arange(part.first_row, part.first_row + part.rows, dtype=np.int64) for part in self.parts
+                if _key_name(part) in held]
+        return np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
+
+    def restrict(self, items: np.ndarray, classes: List[str]) -> None:
+        """Keep only these rows (ascending); their labels are already the dataset's (open_onto)."""
+        if list(classes) != self.classes:
+            raise ConversionError(f"the table's classes {self.classes} are not the dataset's {list(classes)}")
+        self._kept = np.asarray(items, dtype=np.int64)
+        self.total_rows = len(self._kept)
+
     def encode_range(self, start: int, stop: int) -> Iterator[Outcome]:
+        if self._kept is None:
+            yield from self._encode_rows(start, stop)
+            return
+        rows = self._kept[start:stop]
+        for run in np.split(rows, np.flatnonzero(np.diff(rows) != 1) + 1) if len(rows) else []:
+            yield from self._encode_rows(int(run[0]), int(run[-1]) + 1)
+
+    def _keys(self, index: int, begin: int, count: int, lines: Optional[np.ndarray] = None) -> KeyRun:
+        """The keys "file:line" of rows [begin, begin + count) of part `index` (lines: theirs, when irregular)."""
+        part = self.parts[index]
+        if lines is None and self._spills[index].has_lines:
+            lines = self._spills[index].read(begin, begin + count).lines
+        return KeyRun(f"{_key_name(part)}:", part.head.data_line + begin, count, lines)
+
+    def _encode_rows(self, start: int, stop: int) -> Iterator[Outcome]:
         position = start
         while position < stop:
             index = bisect.bisect_right(self._first_rows, position) - 1
@@ -190,7 +241,7 @@ class TabularSource(Source):
             elif self.codec.label is None:
                 labels = None
             reasons = {position: reason for position, (_, reason) in rows.bad.items()}
-            keys = KeyRun(f"{_key_name(item)}:", item.head.data_line + begin, len(vectors), rows.lines)
+            keys = self._keys(index, begin, len(vectors), rows.lines)
             lines = {position: keys.number(position) for position in rows.bad}
             yield from _outcomes(self.codec.samples(vectors, labels, rows.tails, reasons), item.name, lines, per_row,
                                  keys)
@@ -216,7 +267,8 @@ def _scan_summary(files: List[TableFile], skipped: List[Skipped], found: Located
             "rows": sum(item.rows for item in files), "file_bytes": sum(item.size for item in files),
             "sample_rows": sampled, "column_types": describe_columns(codec.columns), "delimiter": delimiter,
             "other_files": len(found.other_files), "other_files_by_extension": extension_counts(found.other_files),
-            "links_outside_src": len(found.links_out)}
+            "links_outside_src": len(found.links_out),
+            "table_files": sorted({_key_name(item) for item in files if item.rows})}
 
 
 def row_index_warning(where: str, name: str, start: int, per_file: bool) -> str:
