@@ -97,7 +97,9 @@ def new_items(source: Source, manifest: Manifest, dst: str, src: str) -> Tuple[n
         finally:
             for reader in readers.values():
                 reader.close()
-    keep = np.setdiff1d(np.arange(len(keys), dtype=np.int64), candidates)
+    kept = np.ones(len(keys), dtype=bool)          # a mask, not setdiff1d: that sorts every item (0.2 s a million)
+    kept[candidates] = False
+    keep = np.flatnonzero(kept).astype(np.int64)
     return keep, duplicates
 
 
