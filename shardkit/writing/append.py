@@ -29,7 +29,7 @@ from .plan import ShardTask
 from .recorded_options import replay_options
 from .repair import finished_for
 from .session import creation_time
-from .table_writer import write_sample_table
+from .table_writer import joined_sample_table, write_sample_table
 
 
 def append_inputs(src: str, dst: str, given: Dict[str, Any], run: RunOptions, started: float) -> Any:
@@ -114,7 +114,9 @@ def _publish(dst: str, stage: str, old: Manifest, staged: Manifest, src: str, al
     combined = _combined(old, staged, src, already)
     kill_point("append-publish", dst)           # tests only: killed with the shards moved, no manifest yet
     if old.sample_table is not None or staged.sample_table is not None:
-        combined.sample_table = write_sample_table(dst, combined, table_name(combined.num_samples))
+        name = table_name(combined.num_samples)
+        parts = [(dst, old.sample_table), (stage, staged.sample_table)]
+        combined.sample_table = joined_sample_table(dst, name, parts) or write_sample_table(dst, combined, name)
     atomic_write_bytes(Path(dst) / SKIPPED_NAME, _read(Path(dst) / SKIPPED_NAME) + _read(Path(stage) / SKIPPED_NAME))
     combined.save(dst)
     return combined

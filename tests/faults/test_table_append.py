@@ -199,3 +199,27 @@ def test_repair_rebuilds_an_appended_table_shard_from_its_new_src(tmp_path: Path
     (dst / manifest["shards"][0]["path"]).write_bytes(b"damaged")
     assert shardkit.repair(dst, [tmp_path / "old", new.parent]).shards_written == 2
     assert tree_bytes(dst) == expected
+
+
+@pytest.mark.parametrize("damage_old_table", [False, True])
+def test_the_appended_sample_table_is_the_shards_own_tables(tmp_path: Path, damage_old_table: bool) -> None:
+    """The new table joins the old dataset's table and the staged shards' (no shard opened), each
+    copied only after its sha256 matched; an old table that does not match (an append of new files
+    reads no old row) is rebuilt from the shards instead. Mutation: copying the old table without
+    comparing its sha256 fails the damaged case."""
+    from shardkit.manifest import load_manifest
+    from shardkit.writing.table_writer import write_sample_table
+    dst = tmp_path / "dst"
+    shardkit.convert(write_table(tmp_path / "old" / "a.csv", OLD_ROWS), dst, label_column="label",
+                     samples_per_shard=8, workers=1)
+    if damage_old_table:
+        table = dst / "sample_table.bin"
+        data = bytearray(table.read_bytes())
+        data[0] ^= 0x01                         # the first label
+        table.write_bytes(bytes(data))
+    shardkit.convert(write_table(tmp_path / "new" / "b.csv", NEW_ROWS), dst, append=True, workers=1)
+    manifest = load_manifest(dst)
+    rebuilt = write_sample_table(str(dst), manifest, "rebuilt.bin")
+    assert rebuilt is not None and manifest.sample_table is not None
+    assert (dst / manifest.sample_table["path"]).read_bytes() == (dst / "rebuilt.bin").read_bytes()
+    assert rebuilt["sha256"] == manifest.sample_table["sha256"]
