@@ -2,10 +2,11 @@
 
 CRC-32 is affine over GF(2): for messages of one width W, crc(m) = crc(W zero bytes) XOR the
 XOR over positions j of T_j[m_j], where T_j[b] is what byte b at position j adds. The W tables
-(256 uint32 each) are built once per width; a block's CRCs are then one table lookup and one
-XOR per byte position, over all its rows at once, instead of a Python call per row. Past
-TABLE_MAX_WIDTH bytes a row's lookups cost more than a zlib call on it, and for blocks of few rows
-the passes cost more than a zlib call per row: there zlib runs per row.
+(256 uint32 each) are built once per width. A small block (a located shard's rows, checked at
+every first open) looks up all its bytes at once and XORs each row's W values: a handful of numpy
+calls. A block of many rows is taken one byte position at a time over passes of rows (one table
+lookup and one XOR per position), which stays in the CPU cache. Past TABLE_MAX_WIDTH
+bytes a row's lookups cost more than a zlib call on it: there zlib runs per row.
 """
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ import numpy as np
 
 #: Widest row whose CRCs come from the tables (wider rows: one zlib call each, the faster there).
 TABLE_MAX_WIDTH = 96
-#: Fewer rows than this many per byte of width: one zlib call a row is faster than a pass over the
-#: tables (a table lookup pass costs about 3.5 us a byte position, a zlib call about 0.3 us a row;
-#: a locator's small shards, of tens of rows, are checked on every open).
-ZLIB_ROWS_PER_BYTE = 12
+#: Fewer rows than this many per byte of width: every byte looked up at once (about 2 ns a byte
+#: and 4 us a call) beats a pass per byte position (about 2 us a position): 100 rows of 16 bytes,
+#: a small located shard's, in 9 us, against 19 us for a zlib call per row and 37 us in passes.
+ONE_LOOKUP_ROWS_PER_BYTE = 32
 #: Rows per pass over the tables: a pass's columns stay in the CPU cache.
 ROWS_PER_PASS = 1 << 14
 _POLY = 0xEDB88320                   # CRC-32 (zlib, gzip, PNG), bit-reversed
@@ -37,8 +38,9 @@ def _byte_table() -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=8)
-def _tables(width: int) -> Tuple[np.ndarray, int]:
-    """(T, crc of `width` zero bytes): T[j][b] is the linear part of the CRC of byte b at position j."""
+def _tables(width: int) -> Tuple[np.ndarray, int, np.ndarray]:
+    """(T, crc of `width` zero bytes, 256 * j for each position j): T[j][b] is the linear part of
+    the CRC of byte b at position j, and T.ravel()[256 * j + b] the same."""
     table = _byte_table()                               # the byte-wise table of the last position
     tables = np.empty((width, 256), dtype=np.uint32)
     if width:
@@ -47,18 +49,24 @@ def _tables(width: int) -> Tuple[np.ndarray, int]:
         after = tables[position + 1]
         tables[position] = table[after & 0xFF] ^ (after >> 8)
     tables.setflags(write=False)
-    return tables, zlib.crc32(bytes(width))
+    starts = np.arange(0, 256 * width, 256, dtype=np.uint16)      # TABLE_MAX_WIDTH * 256 fits
+    starts.setflags(write=False)
+    return tables, zlib.crc32(bytes(width)), starts
 
 
 def row_crc32(rows: np.ndarray) -> np.ndarray:
     """uint32 zlib.crc32 of each row of a C-contiguous 2-D uint8 array (n rows of the same width)."""
     count, width = rows.shape
-    if width > TABLE_MAX_WIDTH or count < ZLIB_ROWS_PER_BYTE * width:
+    if width > TABLE_MAX_WIDTH:
         flat = memoryview(rows.reshape(-1))
         crc32 = zlib.crc32
         return np.fromiter((crc32(flat[start:start + width]) for start in range(0, count * width, width)),
                            dtype=np.uint32, count=count)
-    tables, zero = _tables(width)
+    tables, zero, starts = _tables(width)
+    if count < ONE_LOOKUP_ROWS_PER_BYTE * width:      # every byte's entry at once, then each row's XOR
+        crcs = np.bitwise_xor.reduce(tables.reshape(-1).take(rows + starts), axis=1)
+        crcs ^= np.uint32(zero)
+        return crcs
     crcs = np.full(count, zero, dtype=np.uint32)
     looked_up = np.empty(min(count, ROWS_PER_PASS), dtype=np.uint32)
     for first in range(0, count, ROWS_PER_PASS):
