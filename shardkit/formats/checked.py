@@ -23,7 +23,7 @@ from ..records import Encoded
 from ..sample_table import SampleTable, read_labels, shard_mismatch
 from ..schema import SampleSchema
 from .base import FormatOptions, ShardFormat, ShardReader
-from .locating import FileRows
+from .locating import FileRows, FileView
 
 #: What a format's library may raise on a damaged file that its own checks did not catch;
 #: the read side reports it as CorruptShardError / CorruptSampleError, never as itself.
@@ -226,16 +226,18 @@ class CheckedShards:
             return None
         self.manifest.check_identity(location.dataset_id, path, shard)
         _check_count(location.count, self.manifest, shard, path)
-        labels = np.frombuffer(_read_range(fd, location.labels, path), dtype="<i8")
-        crcs = np.frombuffer(_read_range(fd, location.crcs, path), dtype=location.crc_dtype)
-        problem = shard_mismatch((labels, crcs), table.labels, table.crcs, int(self._starts[shard]))
+        view = location.view if location.view is not None else FileView(fd, size, b"")
+        labels = np.frombuffer(_read_range(view, location.labels, path), dtype="<i8")
+        crcs = np.frombuffer(_read_range(view, location.crcs, path), dtype=location.crc_dtype)
+        start = int(self._starts[shard])
+        problem = shard_mismatch((labels, crcs), table.labels, table.crcs, start)
         if problem:
             raise CorruptShardError(f"{problem} ({table.path}); run shardkit verify", path=path, shard=name)
         rows = location.rows
         nbytes = rows.row_count * rows.row_dtype.itemsize
         if nbytes <= CHECKED_ROWS_BYTES:     # cheap here: the rows must be the ones their CRC32s describe
-            data = np.frombuffer(_read_range(fd, (rows.offset, nbytes), path), np.uint8).reshape(rows.row_count, -1)
-            if not np.array_equal(row_crc32(data), crcs.astype(np.uint32)):
+            data = np.frombuffer(_read_range(view, (rows.offset, nbytes), path), np.uint8).reshape(rows.row_count, -1)
+            if row_crc32(data).tobytes() != np.asarray(crcs, "<u4").tobytes():     # as shard_mismatch compares
                 return None         # read through a reader, which names a damaged row when reads are checked
         return rows
 
@@ -245,13 +247,13 @@ class CheckedShards:
         return state
 
 
-def _read_range(fd: int, where: "tuple[int, int]", path: str) -> bytes:
-    """Bytes [offset, offset + size) of the file open at fd; CorruptShardError when it ends sooner."""
+def _read_range(view: FileView, where: "tuple[int, int]", path: str) -> "bytes | memoryview":
+    """Bytes [offset, offset + size) of the file as view reads it; CorruptShardError when it ends sooner."""
     offset, size = where
-    data = os.pread(fd, size, offset)
-    if len(data) != size:
-        raise CorruptShardError(f"ends before byte {offset + size} its record points at", path=path)
-    return data
+    try:
+        return view[offset:offset + size]
+    except (IndexError, OSError):
+        raise CorruptShardError(f"ends before byte {offset + size} its record points at", path=path) from None
 
 
 def _check_count(count: int, manifest: Manifest, shard: int, path: str) -> None:

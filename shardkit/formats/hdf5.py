@@ -85,7 +85,8 @@ class HDF5Format(ShardFormat):
             return None
         readahead = options.readahead if isinstance(options, ReadaheadOptions) else True
         rows = FileRows(array_dtype(schema), tuple(schema.shape), locator.count, int(locator.chunks[0]), readahead)
-        return Location(locator.count, locator.dataset_id, rows, locator.tables["labels"], locator.tables["crc32"])
+        return Location(locator.count, locator.dataset_id, rows, locator.tables["labels"], locator.tables["crc32"],
+                        view=locator.view)
 
     def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None,
                     fd: Optional[int] = None) -> Optional[str]:

@@ -17,7 +17,7 @@ import mmap
 import os
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -37,6 +37,7 @@ HEAD_FIELDS = (("magic", "8s"), ("version", "I"), ("length", "I"), ("userblock",
                ("meta_crc32", "I"), ("flags", "I"), ("count", "Q"), ("row_bytes", "Q"), ("chunk_bytes", "Q"),
                ("data_bytes", "Q"), ("chunks", "I"), ("ident_length", "I"))
 _HEAD = struct.Struct("<" + "".join(code for _, code in HEAD_FIELDS))
+_HEAD_NAMES = tuple(name for name, _ in HEAD_FIELDS)
 _RANGE = struct.Struct("<QQ")
 _CRC = struct.Struct("<I")
 #: flags: the data is stored uncompressed in `chunks` (else a reader reads it through h5py).
@@ -63,6 +64,8 @@ class Locator:
     userblock: int = 0
     file_size: int = 0
     meta_crc32: int = 0
+    #: The file as `located` read and checked it (locating.FileView), for reads of its ranges.
+    view: Any = field(default=None, repr=False, compare=False)
 
     @property
     def mapped(self) -> bool:
@@ -141,7 +144,7 @@ def read_head(fd: int, path: str, first: Optional[bytes] = None) -> Optional[byt
 
 def _head(raw: bytes) -> Dict[str, Any]:
     """The locator head's fields by name."""
-    return dict(zip((name for name, _ in HEAD_FIELDS), _HEAD.unpack_from(raw)))
+    return dict(zip(_HEAD_NAMES, _HEAD.unpack_from(raw)))
 
 
 def _corrupt(path: str, problem: str) -> CorruptShardError:

@@ -385,6 +385,8 @@ def located(fd: int, path: str) -> Optional[Locator]:
         return None
     size = os.fstat(fd).st_size
     locator = parse(raw, path, size)
-    if not locator.mapped or not describes(locator, FileView(fd, size, first), size):
+    view = FileView(fd, size, first)
+    if not locator.mapped or not describes(locator, view, size):
         return None
+    locator.view = view
     return locator

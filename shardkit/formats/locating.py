@@ -41,7 +41,10 @@ def range_problem(ranges: Iterable[Range], start: int, stop: int, where: str) ->
 
 
 def gaps_crc32(view: Any, ranges: Iterable[Range], start: int, stop: int) -> int:
-    """CRC32 of bytes [start, stop) of view that no (offset, size) range covers, in file order."""
+    """CRC32 of bytes [start, stop) of view (bytes, a map or a FileView) that no (offset, size)
+    range covers, in file order."""
+    if isinstance(view, FileView):
+        view = view.through(stop)
     crc, position = 0, start
     for begin, end in spans(ranges):
         crc = zlib.crc32(view[position:max(position, begin)], crc)
@@ -61,12 +64,13 @@ def close_map(mapping: Optional[mmap.mmap]) -> None:
 
 class FileView:
     """The bytes of an open file as a locator's checks read them: a few small ranges, sliced out of
-    the chunk read first (a shard's locator and, in a small shard, all its metadata) or read with
-    one pread each, never through a fresh map (whose first touch of each page costs a fault)."""
+    the bytes read first from its start (a shard's locator and, in a small shard, the whole file)
+    or read with one pread each, never through a fresh map (whose first touch of each page costs
+    a fault)."""
 
-    def __init__(self, fd: int, size: int, first: bytes, first_offset: int = 0) -> None:
+    def __init__(self, fd: int, size: int, first: bytes) -> None:
         self.fd, self.size = fd, size
-        self._first, self._first_offset = memoryview(first), first_offset
+        self._first = memoryview(first)
 
     def __len__(self) -> int:
         return self.size
@@ -75,13 +79,17 @@ class FileView:
         begin, end = item.start, item.stop          # what gaps_crc32 asks: 0 <= start <= stop <= size
         if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end <= self.size):
             raise IndexError(f"bytes {begin}:{end} of a file of {self.size}")
-        low = begin - self._first_offset
-        if low >= 0 and end - self._first_offset <= len(self._first):
-            return self._first[low:end - self._first_offset]
+        if end <= len(self._first):
+            return self._first[begin:end]
         data = os.pread(self.fd, end - begin, begin)
         if len(data) != end - begin:
             raise OSError(f"read {len(data)} of {end - begin} bytes at {begin}: the file changed size")
         return data
+
+    def through(self, end: int) -> "FileView | memoryview":
+        """What to slice bytes [0, end) from at their file offsets: the bytes read first when they
+        reach that far (each slice then native, no check), else this view."""
+        return self._first if end <= len(self._first) and end <= self.size else self
 
 
 class FileRows(NamedTuple):
@@ -114,6 +122,9 @@ class Location:
     labels: Range                   # (offset, bytes) of count int64 labels
     crcs: Range                     # (offset, bytes) of count CRC32s of crc_dtype
     crc_dtype: str = "<u4"
+    #: The file as the record's own checks read it: the ranges above are sliced from the bytes read
+    #: then where they hold them (a small shard: no other read); None: one pread each.
+    view: Optional["FileView"] = None
 
 
 def map_rows(view: mmap.mmap, dtype: np.dtype, shape: Sequence[int], count: int, offset: int) -> np.ndarray:

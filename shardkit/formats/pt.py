@@ -75,7 +75,7 @@ class PTFormat(ShardFormat):
             return None
         rows = FileRows(array_dtype(schema), tuple(schema.shape), locator.count, offset)
         return Location(locator.count, locator.dataset_id, rows, locator.tables["labels"], locator.tables["crc32"],
-                        "<i8")
+                        "<i8", locator.view)
 
     def cross_check(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None,
                     fd: Optional[int] = None) -> Optional[str]:

@@ -18,7 +18,7 @@ import struct
 import sys
 import zipfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 from ..errors import CorruptShardError
@@ -47,6 +47,8 @@ class PTLocator:
     tables: Dict[str, Tuple[int, int]]  # tensor name -> (offset, bytes)
     file_size: int = 0
     meta_crc32: int = 0
+    #: The file as `located` read and checked it (locating.FileView), for reads of its ranges.
+    view: Any = field(default=None, repr=False, compare=False)
 
     @property
     def count(self) -> int:

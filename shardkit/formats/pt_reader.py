@@ -222,4 +222,8 @@ def located(fd: int, path: str) -> Optional[PTLocator]:
     if found is None:
         return None
     locator, comment = found
-    return locator if describes(locator, FileView(fd, size, first), comment) else None
+    view = FileView(fd, size, first)
+    if not describes(locator, view, comment):
+        return None
+    locator.view = view
+    return locator
