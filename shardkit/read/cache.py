@@ -22,12 +22,11 @@ from its open to its setting aside, so the cache never evicts a file in use.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
@@ -134,11 +133,10 @@ class ShardCache:
                     self._set_aside(shard)
 
     # ---- opening -----------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _opened_file(self, shard: int) -> Iterator[int]:
-        """A checked descriptor of the shard, once there is room for it (closed after the block);
-        the sample table mapped. The shard's file stays pinned if the block left the shard open
-        and it was not open before."""
+    def _open_file(self, shard: int) -> "tuple[int, bool]":
+        """(a checked descriptor of the shard, whether the shard was open before), once there is
+        room for it; the sample table mapped. The caller ends with _close_file (a pair of calls,
+        not a generator context manager, which costs microseconds of every shard's first open)."""
         self._watch.start()
         self._make_room()
         was_open = self._is_open(shard)
@@ -146,11 +144,17 @@ class ShardCache:
         try:
             if self.table is None:
                 self.table = self._shards.table()
-            yield fd
-        finally:
-            os.close(fd)
-            if was_open or not self._is_open(shard):
-                self._shards.release(shard)
+        except BaseException:
+            self._close_file(shard, fd, was_open)
+            raise
+        return fd, was_open
+
+    def _close_file(self, shard: int, fd: int, was_open: bool) -> None:
+        """Close what _open_file gave; the shard's file stays pinned if the shard was not open
+        before and is now."""
+        os.close(fd)
+        if was_open or not self._is_open(shard):
+            self._shards.release(shard)
 
     def _is_open(self, shard: int) -> bool:
         return shard in self._lru or self._bases[shard] >= 0
@@ -160,10 +164,13 @@ class ShardCache:
             reader = self._readers[shard]
             if reader is not None:
                 return reader
-            with self._opened_file(shard) as fd:
+            fd, was_open = self._open_file(shard)
+            try:
                 reader = self._shards.reader(shard, fd)
                 self._readers[shard] = reader
                 self._note_open(shard)
+            finally:
+                self._close_file(shard, fd, was_open)
             return reader
 
     def _open_rows(self, shard: int) -> bool:
@@ -172,7 +179,8 @@ class ShardCache:
         with self:
             if self._bases[shard] >= 0 or self._rows[shard] is not None:
                 return self._rows[shard] is not NOT_ROWS
-            with self._opened_file(shard) as fd:
+            fd, was_open = self._open_file(shard)
+            try:
                 where = self._shards.locate(shard, fd)
                 if where is None:
                     self._rows[shard] = NOT_ROWS
@@ -183,6 +191,8 @@ class ShardCache:
                                          where.readahead)
                 self._rows[shard] = np.frombuffer(view, dtype=where.row_dtype, count=where.row_count, offset=start)
                 self._note_open(shard)
+            finally:
+                self._close_file(shard, fd, was_open)
             return True
 
     def _place(self, shard: int, fd: int, where: FileRows) -> bool:
