@@ -23,11 +23,22 @@ _MAX_KEY = 511
 
 
 class _Pages:
-    """Pages of the file open as fd, read with one pread each."""
+    """Pages of the file open as fd, read with one pread each; a branch or leaf page read and
+    parsed once for all the keys looked up (the keys of a small shard share one leaf)."""
 
     def __init__(self, fd: int, size: int, page_size: int) -> None:
         self.fd, self.size, self.page_size = fd, size, page_size
         self.count = size // page_size
+        self._parsed: Dict[int, Tuple[Optional[bytes], Optional[list]]] = {}
+
+    def nodes(self, number: int) -> Tuple[Optional[bytes], Optional[list]]:
+        """(page, its nodes) of a branch or leaf page: (None, None) when it cannot be read, nodes
+        None when they are not laid out as expected (_nodes)."""
+        found = self._parsed.get(number)
+        if found is None:
+            page = self.read(number)
+            found = self._parsed[number] = (page, None if page is None else _nodes(page))
+        return found
 
     def read(self, number: int) -> Optional[bytes]:
         if not 0 <= number < self.count:
@@ -46,7 +57,7 @@ def _meta(fd: int, size: int) -> Optional[Tuple[int, int]]:
         return None
     best: Optional[Tuple[int, int]] = None
     for number in (0, 1):
-        raw = os.pread(fd, 16 + _META.size, number * page_size)
+        raw = first if number == 0 else os.pread(fd, 16 + _META.size, number * page_size)
         if len(raw) < 16 + _META.size or not _PAGE_HEADER.unpack_from(raw)[2] & _META_PAGE:
             return None
         fields = _META.unpack_from(raw, 16)
@@ -119,8 +130,7 @@ def _find(pages: _Pages, root: int, key: bytes) -> Optional[Tuple[int, int]]:
     """Where one key's value lies: down the branch pages from root to its leaf."""
     number = root
     for _ in range(_MAX_DEPTH):
-        page = pages.read(number)
-        nodes = None if page is None else _nodes(page)
+        page, nodes = pages.nodes(number)
         if page is None or not nodes:
             return None
         kind = _PAGE_HEADER.unpack_from(page)[2]
