@@ -14,7 +14,8 @@ everything first), and the per-shard time is split into:
                table and mapped into the row arena), no reader; "-" where rows are not located
                (compressed rows, older format versions)
 
-With --profile, the reader's time is broken down by function (cProfile, tottime, top --top).
+With --profile, the reader's time and the placed first reads' are broken down by function
+(cProfile, tottime, top --top).
 
     PYTHONPATH=. python benchmarks/open_cost.py --rows 20000 --shards 500 --profile
 
@@ -76,17 +77,24 @@ def per_shard_ms(ds: shardkit.ShardDataset, stage: str) -> float:
     return 1000 * elapsed / len(paths)
 
 
-def profile_reader(ds: shardkit.ShardDataset, top: int) -> str:
-    """The reader stage under cProfile: the functions with the most time of their own."""
+def profile_stage(ds: shardkit.ShardDataset, stage: str, top: int) -> str:
+    """The reader or placed stage under cProfile: the functions with the most time of their own."""
     ds.close()
-    fmt = get_format(ds.manifest.format_name)
-    paths = [os.path.join(ds.root, entry.path) for entry in ds.manifest.shards]
     profiler = cProfile.Profile()
-    profiler.enable()
-    readers = [fmt.open_reader(path, ds.manifest.schema, ds.manifest.format_options) for path in paths]
-    profiler.disable()
-    for reader in readers:
-        reader.close()
+    if stage == "placed":
+        profiler.enable()
+        for shard in range(len(ds.manifest.shards)):
+            ds.shard_cache.row(shard, 0)
+        profiler.disable()
+        ds.close()
+    else:
+        fmt = get_format(ds.manifest.format_name)
+        paths = [os.path.join(ds.root, entry.path) for entry in ds.manifest.shards]
+        profiler.enable()
+        readers = [fmt.open_reader(path, ds.manifest.schema, ds.manifest.format_options) for path in paths]
+        profiler.disable()
+        for reader in readers:
+            reader.close()
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
     return out.getvalue()
@@ -131,8 +139,9 @@ def main() -> None:
             print(f"| {fmt} | " + " | ".join("-" if value != value else f"{value:.3f}" for value in medians) + " |")
         if args.profile:
             for fmt, ds in datasets.items():
-                print(f"\n### {fmt}: reader stage by function\n")
-                print(profile_reader(ds, args.top))
+                for stage in ("reader", "placed"):
+                    print(f"\n### {fmt}: {stage} stage by function\n")
+                    print(profile_stage(ds, stage, args.top))
         for ds in datasets.values():
             ds.close()
     finally:
