@@ -23,6 +23,11 @@ def payload_crc32(payload: Payload) -> int:
     return zlib.crc32(payload) & 0xFFFFFFFF
 
 
+def payload_nbytes(payload: Payload) -> int:
+    """Size of a payload in bytes."""
+    return int(payload.nbytes) if isinstance(payload, np.ndarray) else len(payload)
+
+
 @dataclass
 class Encoded:
     """A sample ready to store or just read: payload (bytes or fixed-shape array), label, CRC32,
@@ -44,9 +49,7 @@ class Encoded:
     @property
     def nbytes(self) -> int:
         """Size of the payload in bytes."""
-        if isinstance(self.payload, np.ndarray):
-            return int(self.payload.nbytes)
-        return len(self.payload)
+        return payload_nbytes(self.payload)
 
     def crc_ok(self) -> bool:
         """Whether the payload still matches its CRC32."""

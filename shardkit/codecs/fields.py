@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import numpy as np
 
 from ..errors import SampleError
-from ..records import NO_LABEL, Encoded, Payload, payload_crc32
+from ..records import NO_LABEL, Payload
 from ..schema import LAYOUT_ARRAY, LAYOUT_BYTES, SHAPE_SUFFIX, FieldSpec, SampleSchema
 from .image import ImageCodec, make_image_codec
 from .validate import sniff
@@ -79,27 +79,23 @@ class FieldEncoder:
         self._dtype = np.dtype(spec.dtype).newbyteorder("<") if spec.dtype else None
         self._codec = image_codec(spec) if spec.type == "image" else None
         self._encode: Callable[[Any], Any] = getattr(self, "_" + spec.type)
-        self._columns = column_schemas_of(spec)
         # read for every value: the spec's derived properties, worked out once
         self.optional, self.variable, self._scalar = spec.optional, spec.variable, spec.type in SCALAR_DTYPES
         self._shape = tuple(spec.shape or ())
-        self._shape_column = spec.name + SHAPE_SUFFIX
+        self._absent = tuple(_absent_payload(schema) for schema in column_schemas_of(spec).values())
 
-    def encode(self, value: Any) -> Dict[str, Payload]:
-        """The payload of each of the field's columns for one value (present)."""
+    def encode(self, value: Any) -> Tuple[Payload, ...]:
+        """The payload of each of the field's columns for one value (present), in column order:
+        bytes, or a C-contiguous array (so zlib's CRC-32 reads either as it is stored)."""
         if self._scalar:
             value = _scalar(value)
         if self.variable:
-            data, shape = self._encode(value)
-            return {self.spec.name: data, self._shape_column: shape}
-        return {self.spec.name: self._encode(value)}
+            return self._encode(value)
+        return (self._encode(value),)
 
-    def absent(self) -> Dict[str, Payload]:
-        """The payloads of an absent optional value: empty bytes, or a row of zeros."""
-        out: Dict[str, Payload] = {}
-        for column, schema in self._columns.items():
-            out[column] = np.zeros(schema.shape, dtype=schema.dtype) if schema.is_array else b""
-        return out
+    def absent(self) -> Tuple[Payload, ...]:
+        """The payloads of an absent optional value: empty bytes, or a row of zeros (made once)."""
+        return self._absent
 
     # ---- one method per field type: the value -> its payload -----------------------------
     def _image(self, value: Any) -> Payload:
@@ -155,6 +151,15 @@ class FieldEncoder:
         if not self.variable:
             return array
         return array.tobytes(), np.array(array.shape, dtype="<i8")
+
+
+def _absent_payload(schema: SampleSchema) -> Payload:
+    """What a column stores for an absent value: empty bytes, or a (read-only) row of zeros."""
+    if not schema.is_array:
+        return b""
+    zeros = np.zeros(schema.shape, dtype=schema.dtype)
+    zeros.flags.writeable = False
+    return zeros
 
 
 def column_schemas_of(spec: FieldSpec) -> Dict[str, SampleSchema]:
@@ -234,11 +239,6 @@ def _kind(value: Any) -> str:
 
 def _shape_text(shape: Tuple[Optional[int], ...]) -> str:
     return "(" + ", ".join("any" if dim is None else str(dim) for dim in shape) + ")"
-
-
-def encoded(payload: Payload, present: bool, key: Optional[str]) -> Encoded:
-    """The record stored for one column of one sample: presence as its label."""
-    return Encoded(payload, PRESENT if present else ABSENT, payload_crc32(payload), key)
 
 
 def infer_field(name: str, value: Any) -> FieldSpec:

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
-
-import numpy as np
+from typing import Any, Dict, List, Optional
 
 from ..formats import ShardFormat, ShardWriter
 from ..formats.base import FormatOptions
 from ..integrity import hash_shard_file, temp_path
 from ..manifest import SHARDS_DIR
 from ..runtime.fault_points import kill_point
-from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
+from .field_records import Record, column_runs, record_nbytes
 from .journal import Journal
 from .plan import ShardTask
 from .sink import ShardResult, WrittenShard, write_failure
@@ -51,8 +49,8 @@ def column_path(stem: str, column: str, extension: str) -> str:
 
 
 class FieldShard:
-    """A shard being written: add() one sample's records (one per column), then close() gives the
-    written files, ready to commit."""
+    """A shard being written: add() each sample's record (field_records.py), then close() gives
+    the written files, ready to commit."""
 
     def __init__(self, dst: str, fmt: ShardFormat, schemas: Dict[str, SampleSchema], number: int, stem: str,
                  dataset_id: str, writer_options: FormatOptions) -> None:
@@ -60,9 +58,8 @@ class FieldShard:
         self.count = 0
         self.nbytes = len(schemas) * fmt.fixed_bytes
         self._files: Dict[str, Path] = {}
-        self._estimates: Dict[str, Dict[int, int]] = {}
         self._writers: Dict[str, ShardWriter] = {}
-        self._pending: List[Dict[str, Encoded]] = []
+        self._pending: List[Record] = []
         try:
             for column, schema in schemas.items():
                 final = Path(dst) / column_path(stem, column, fmt.extension)
@@ -75,25 +72,11 @@ class FieldShard:
     def _task(self, column: str) -> ColumnTask:
         return ColumnTask(self.number, 0, self.count, column=column, stem=self.stem)
 
-    def sample_bytes(self, record: Dict[str, Encoded]) -> int:
-        """What a sample adds to the shard's files, by the format's estimate (remembered per column
-        and stored size: fixed-width fields ask the format once)."""
-        total = 0
-        for column, one in record.items():
-            stored = one.nbytes + len(one.key or "")
-            known = self._estimates.setdefault(column, {})
-            if stored not in known:
-                if len(known) > 4096:
-                    known.clear()
-                known[stored] = int(self.fmt.sample_bytes(self.schemas[column], np.array([stored]))[0])
-            total += known[stored]
-        return total
-
-    def add(self, record: Dict[str, Encoded], nbytes: int) -> None:
-        """Append one sample (its record for every column); the column writers get it in the next run."""
+    def add(self, record: Record) -> None:
+        """Append one sample's record; the column writers get it in the next run."""
         self._pending.append(record)
         self.count += 1
-        self.nbytes += nbytes
+        self.nbytes += record_nbytes(record)
         if len(self._pending) >= COLUMN_RUN:
             self._hand_over()
 
@@ -102,9 +85,10 @@ class FieldShard:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        for column, writer in self._writers.items():
+        runs = column_runs(pending, list(self.schemas.values()))
+        for (column, writer), run in zip(self._writers.items(), runs):
             try:
-                writer.append_many(column_run([record[column] for record in pending], self.schemas[column]))
+                writer.append_many(run)
             except Exception as exc:  # noqa: BLE001 - a write failure names the file
                 raise write_failure(Path(self.dst) / column_path(self.stem, column, self.fmt.extension),
                                     self._task(column), exc) from None
@@ -140,20 +124,6 @@ class FieldShard:
         self._writers, self._pending = {}, []
         for tmp in self._files.values():
             tmp.unlink(missing_ok=True)
-
-
-def column_run(values: List[Encoded], schema: SampleSchema) -> Sequence[Encoded]:
-    """One column's values of consecutive samples as a run for append_many (stored as append()
-    of each would store them): a block of rows for a fixed-shape array column, a list of byte
-    strings otherwise; the values themselves when their arrays do not stack into rows."""
-    labels, crcs, keys = [one.label for one in values], [one.crc32 for one in values], [one.key for one in values]
-    if not schema.is_array:
-        return EncodedRows([one.payload for one in values], labels, crcs, keys)
-    try:
-        rows = np.stack([one.payload for one in values])
-    except (ValueError, TypeError):
-        return values                   # append() of each names what does not fit
-    return EncodedRows(rows, labels, crcs, keys)
 
 
 def shard_record(number: int, stem: str, results: Dict[str, ShardResult], emitted: int, end: Optional[int],

@@ -14,13 +14,13 @@ import os
 import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from ..codecs.fields import FieldEncoder, encoded, infer_field
+from ..codecs.fields import FieldEncoder, infer_field
 from ..errors import SampleError, UsageError
 from ..formats import get_format
-from ..records import Encoded
 from ..schema import FieldSpec, SampleSchema
 from ..units import parse_part, parse_size
 from .commit import CommitPipeline
+from .field_records import Record, SampleSizes, make_record, record_nbytes
 from .field_shard import RECORD_SUFFIX, FieldShard, kept_record, shard_record, shard_stem
 from .journal import claim_destination, remove_stale_temps
 from .shuffle import ShuffleBuffer
@@ -31,7 +31,6 @@ from .writer_finish import Finished, finish_dataset
 #: Samples the shuffle buffer holds by default (docs/fields.md, "Order").
 DEFAULT_SHUFFLE_BUFFER = 1000
 DEFAULT_SHARD_SIZE = "256MB"
-Record = Dict[str, Encoded]
 #: What a skipped input leaves in the shuffle buffer: it keeps its position, and writes nothing.
 HOLE = object()
 
@@ -102,6 +101,7 @@ class Writer:
         if self.plan.key_field is not None and self.plan.key_field not in self._encoders:
             raise UsageError(f"key_field {self.plan.key_field!r} is not one of the fields")
         self._columns = self.plan.column_schemas(schema)
+        self._sizes = SampleSizes(self._fmt, self._columns) if self.plan.max_bytes is not None else None
         if not self.created:
             self.created = self.plan.record(self._journal, schema)
 
@@ -183,25 +183,28 @@ class Writer:
         return str(position) if self.plan.part is None else f"{self.plan.part[0]}/{position}"
 
     def _encode(self, sample: Mapping[str, Any], key: str) -> Record:
-        """The sample's record for every column; SampleError naming the key and the field."""
+        """The sample's record (field_records.py); SampleError naming the key and the field."""
         if not self._encoders.keys() >= sample.keys():
             unknown = next(name for name in sample if name not in self._encoders)
             raise SampleError(f"field {unknown!r} is not in the schema ({', '.join(self._encoders)})",
                               path=f"sample {key!r}")
-        record: Record = {}
+        payloads: Record = []
+        absent: Optional[Tuple[int, ...]] = None
         for name, encoder in self._encoders.items():
             value = sample.get(name)
             try:
-                if value is None and not encoder.optional:
-                    raise SampleError("is missing (a required field)" if name not in sample else "is None "
-                                      "(a required field)")
-                payloads = encoder.absent() if value is None else encoder.encode(value)
+                if value is None:
+                    if not encoder.optional:
+                        raise SampleError("is missing (a required field)" if name not in sample else "is None "
+                                          "(a required field)")
+                    absent = (absent or ()) + tuple(range(len(payloads), len(payloads) + len(encoder.absent())))
+                    payloads += encoder.absent()
+                else:
+                    payloads += encoder.encode(value)
             except SampleError as exc:
                 raise SampleError(f"field {name!r} ({encoder.spec.type}) {exc.problem}",
                                   path=f"sample {key!r}") from None
-            for column, payload in payloads.items():
-                record[column] = encoded(payload, value is not None, key)
-        return record
+        return make_record(payloads, key, absent, self._sizes(payloads, key) if self._sizes is not None else 0)
 
     def _push(self, item: Any) -> None:
         leaving = self.buffer.push(item)
@@ -214,11 +217,11 @@ class Writer:
             self._emitted += 1
             return
         shard = self._open_shard()
-        nbytes = shard.sample_bytes(record) if self.plan.max_bytes is not None else 0
-        if shard.count and self.plan.max_bytes is not None and shard.nbytes + nbytes > self.plan.max_bytes:
+        if shard.count and self.plan.max_bytes is not None and \
+                shard.nbytes + record_nbytes(record) > self.plan.max_bytes:
             self._seal()
             shard = self._open_shard()
-        shard.add(record, nbytes)
+        shard.add(record)
         self._emitted += 1
         if self.plan.samples_per_shard is not None and shard.count >= self.plan.samples_per_shard:
             self._seal()

@@ -108,14 +108,14 @@ def test_deep_checks_every_stored_value_against_its_field(tmp_path: Path, monkey
 
 
 def test_deep_finds_a_required_field_stored_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    original = field_codec.encoded
+    original = writer_module.make_record
+    caption = list(FIELDS).index("caption")     # the column of the caption (image has one column)
 
-    def absent_caption(payload: Any, present: bool, key: Any) -> Any:
-        one = original(payload, present, key)
-        if isinstance(payload, bytes) and payload == b"c3":
-            one.label = -1
-        return one
-    monkeypatch.setattr(writer_module, "encoded", absent_caption)
+    def absent_caption(payloads: List[Any], key: Any, absent: Any, nbytes: int) -> Any:
+        if payloads[caption] == b"c3":          # stored with the label of an absent value
+            absent = (absent or ()) + (caption,)
+        return original(payloads, key, absent, nbytes)
+    monkeypatch.setattr(writer_module, "make_record", absent_caption)
     dst = write(tmp_path / "ds")
     monkeypatch.undo()
     problems = shardkit.verify(str(dst), mode="deep").problems

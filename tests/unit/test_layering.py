@@ -32,7 +32,8 @@ LAYERS = {
     "ops.bench": 5, "ops.bench_plot": 5, "ops.duplicates": 5, "ops.sample_digests": 5, "ops.demo": 5, "read.stream": 5,
     "cli": 6, "__init__": 7, "__main__": 7,
     # samples of named fields
-    "field_files": 1, "writing.shuffle": 1, "field_views": 2, "writing.field_shard": 3, "ops.field_checks": 3,
+    "field_files": 1, "writing.shuffle": 1, "field_views": 2, "writing.field_records": 3, "writing.field_shard": 3,
+    "ops.field_checks": 3,
     "writing.writer_plan": 4, "writing.writer_finish": 4, "writing.writer": 4, "ops.field_merge": 4,
     "read.fields_dataset": 4, "read.field_collate": 4, "writing.field_convert": 4,
     "writing.stored_fields": 4,

@@ -1,0 +1,89 @@
+"""A sample's record, as the writer of fields makes it and a shard hands it to the column writers.
+
+A record is one flat list per sample, not an Encoded per column (those are made only where a
+format asks for one): each column's payload in column order, then their CRC32s, then the sample's
+key, the columns of its absent optional fields (None when every field is present) and its
+estimated bytes in the shard. A shard hands a run of records to each column writer as one
+EncodedRows: the column's payloads, presence labels, CRC32s and the run's keys.
+"""
+from __future__ import annotations
+
+import zlib
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..codecs.fields import ABSENT, PRESENT
+from ..formats import ShardFormat
+from ..records import Encoded, EncodedRows, Payload, payload_nbytes
+from ..schema import SampleSchema
+
+Record = List[Any]
+#: Per column, known stored sizes -> the format's estimate; cleared past this many sizes.
+MAX_KNOWN_SIZES = 4096
+
+
+class SampleSizes:
+    """What a sample adds to a shard's files, by the format's estimate for each column of its
+    stored size (payload and key), remembered per column and size: the format is asked once
+    per size, not per sample."""
+
+    def __init__(self, fmt: ShardFormat, schemas: Dict[str, SampleSchema]) -> None:
+        self._fmt = fmt
+        self._columns: List[Tuple[SampleSchema, Dict[int, int]]] = [(schema, {}) for schema in schemas.values()]
+
+    def __call__(self, payloads: Sequence[Payload], key: Optional[str]) -> int:
+        extra = len(key or "")
+        total = 0
+        for (schema, known), payload in zip(self._columns, payloads):
+            stored = (len(payload) if type(payload) is bytes else payload_nbytes(payload)) + extra
+            size = known.get(stored)
+            if size is None:
+                if len(known) > MAX_KNOWN_SIZES:
+                    known.clear()
+                size = known[stored] = int(self._fmt.sample_bytes(schema, np.array([stored]))[0])
+            total += size
+        return total
+
+
+def make_record(payloads: Record, key: Optional[str], absent: Optional[Tuple[int, ...]], nbytes: int) -> Record:
+    """A sample's record from its columns' payloads (bytes or C-contiguous arrays, whose buffer
+    is the stored bytes, so zlib reads them as they are stored); the list `payloads` becomes it."""
+    payloads += list(map(zlib.crc32, payloads))
+    payloads += (key, absent, nbytes)
+    return payloads
+
+
+def record_nbytes(record: Record) -> int:
+    """A record's estimated bytes in the shard."""
+    return int(record[-1])
+
+
+def column_runs(records: List[Record], schemas: Sequence[SampleSchema]) -> List[Sequence[Encoded]]:
+    """Each column's run of the records, for append_many (stored as append() of each value would
+    store them): the runs share the keys; labels are presence."""
+    width = len(schemas)
+    keys = [record[-3] for record in records]
+    flagged = [(row, record[-2]) for row, record in enumerate(records) if record[-2]]
+    runs = []
+    for column, schema in enumerate(schemas):
+        labels = np.full(len(records), PRESENT, dtype=np.int64)
+        for row, absent in flagged:
+            if column in absent:
+                labels[row] = ABSENT
+        runs.append(column_run([record[column] for record in records], labels,
+                               [record[width + column] for record in records], keys, schema))
+    return runs
+
+
+def column_run(payloads: List[Payload], labels: np.ndarray, crcs: List[int], keys: List[Optional[str]],
+               schema: SampleSchema) -> Sequence[Encoded]:
+    """One column's values of consecutive samples: a block of rows for a fixed-shape array column,
+    a list of byte strings otherwise; an Encoded per value when their arrays do not stack into rows."""
+    if not schema.is_array:
+        return EncodedRows(payloads, labels, crcs, keys)
+    try:
+        rows = np.stack(payloads)
+    except (ValueError, TypeError):     # append() of each names what does not fit
+        return [Encoded(*value) for value in zip(payloads, labels.tolist(), crcs, keys)]
+    return EncodedRows(rows, labels, crcs, keys)
