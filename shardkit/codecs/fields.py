@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import operator
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
@@ -82,6 +83,10 @@ class FieldEncoder:
         # read for every value: the spec's derived properties, worked out once
         self.optional, self.variable, self._scalar = spec.optional, spec.variable, spec.type in SCALAR_DTYPES
         self._shape = tuple(spec.shape or ())
+        fixed = [index for index, size in enumerate(self._shape) if size is not None]
+        #: the sizes of the dimensions an array field fixes, picked from a shape (None: it fixes none)
+        self._fixed_dims = operator.itemgetter(*fixed) if fixed else None
+        self._fixed_sizes = self._fixed_dims(self._shape) if self._fixed_dims is not None else None
         self._absent = tuple(_absent_payload(schema) for schema in column_schemas_of(spec).values())
 
     def encode(self, value: Any) -> Tuple[Payload, ...]:
@@ -144,13 +149,13 @@ class FieldEncoder:
 
     def _array(self, value: Any) -> Any:
         array = as_array(value, self._dtype)
-        shape = self._shape
-        if array.ndim != len(shape) or any(want is not None and want != got for want, got in zip(shape, array.shape)):
-            raise SampleError(f"has shape {tuple(array.shape)}, the field's is {_shape_text(shape)}")
-        array = np.ascontiguousarray(array, dtype=self._dtype)
+        if array.ndim != len(self._shape) or (self._fixed_dims is not None
+                                              and self._fixed_dims(array.shape) != self._fixed_sizes):
+            raise SampleError(f"has shape {tuple(array.shape)}, the field's is {_shape_text(self._shape)}")
         if not self.variable:
-            return array
-        return array.tobytes(), np.array(array.shape, dtype="<i8")
+            return np.ascontiguousarray(array, dtype=self._dtype)
+        data = array.tobytes() if array.dtype == self._dtype else np.ascontiguousarray(array, self._dtype).tobytes()
+        return data, np.array(array.shape, dtype="<i8")
 
 
 def _absent_payload(schema: SampleSchema) -> Payload:
@@ -192,6 +197,8 @@ def image_bytes(value: Any) -> bytes:
 def as_array(value: Any, dtype: Optional[np.dtype]) -> np.ndarray:
     """A numpy array of an array field's value: an ndarray or tensor of exactly the field's dtype,
     or a (nested) list of numbers that the dtype holds without loss."""
+    if type(value) is np.ndarray and (dtype is None or value.dtype == dtype):
+        return value                    # the usual value, without the checks below
     if type(value).__module__.startswith("torch"):
         value = value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
