@@ -15,7 +15,7 @@ from .base import ShardWriter
 from .hdf5_layout import FORMAT_NAME, FORMAT_VERSION, chunk_limit
 from .hdf5_locator import locate, seal, userblock_size
 from .keys import KeyPacker
-from .packing import add_columns
+from .packing import add_columns, add_offsets, run_bytes
 
 WRITE_BLOCK = 64 << 20
 #: array typecode of the writer's CRC32 list: 4-byte unsigned (half the memory of int64 per sample).
@@ -62,10 +62,9 @@ class HDF5Writer(ShardWriter):
         """Fixed-shape arrays stacked into one block, a run of byte strings packed in one loop
         (the same bytes as append() on each)."""
         if not self._schema.is_array and isinstance(samples, EncodedRows) and isinstance(samples.payloads, list):
-            data, offsets = self._data, self._offsets
-            for payload in samples.payloads:
-                data += payload
-                offsets.append(len(data))
+            raws = run_bytes(self._schema, samples.payloads)
+            add_offsets(self._offsets, len(self._data), raws)
+            self._data += b"".join(raws)
             add_columns(self._labels, self._crcs, self._keys, samples)
             return
         if not self._schema.is_array or not samples:

@@ -4,8 +4,8 @@ per-sample record header, blocks of fixed-shape rows and the sample keys; shared
 from __future__ import annotations
 
 import re
-
 import struct
+from typing import List
 
 from ..schema import SampleSchema
 
@@ -38,6 +38,11 @@ def rows_per_block(schema: SampleSchema) -> int:
 def sample_key(index: int) -> bytes:
     """The key of record (or block) index: 8 bytes, big-endian, so keys sort in sample order."""
     return int(index).to_bytes(8, "big")
+
+
+def sample_keys(first: int, count: int) -> List[bytes]:
+    """sample_key() of records first, first + 1, ... (count of them)."""
+    return [index.to_bytes(8, "big") for index in range(int(first), int(first) + count)]
 
 
 def short_message(exc: BaseException, path: str) -> str:

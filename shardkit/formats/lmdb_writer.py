@@ -14,8 +14,9 @@ from ..schema import SampleSchema
 from .base import ShardWriter
 from .keys import KeyPacker
 from .lmdb_layout import (CRCS_KEY, FLAG_ZLIB, FORMAT_NAME, FORMAT_VERSION, KEY_BLOCKS_KEY, KEYS_KEY, LABELS_KEY,
-                          META_KEY, RECORD, RECORD_MAGIC, RECORD_VERSION, rows_per_block, sample_key)
-from .packing import BytesLike, add_columns, compress, payload_bytes, raw_rows
+                          META_KEY, RECORD, RECORD_MAGIC, RECORD_VERSION, rows_per_block, sample_key,
+                          sample_keys)
+from .packing import BytesLike, add_columns, compress, compress_run, payload_bytes, raw_rows, run_bytes
 
 #: The writer's first map size; it doubles whenever the next batch might not fit.
 INITIAL_MAP_SIZE = 16 << 20
@@ -63,7 +64,7 @@ class LMDBWriter(ShardWriter):
             stored, compressed = compress(self._schema, raw)
             header = RECORD.pack(RECORD_MAGIC, RECORD_VERSION, FLAG_ZLIB if compressed else 0,
                                  int(sample.crc32) & 0xFFFFFFFF, int(sample.label), len(raw), len(stored))
-            self._add(sample_key(self._values), header + stored)
+            self._add([sample_key(self._values)], [header + stored])
             self._values += 1
         self._labels.append(int(sample.label))
         self._crcs.append(int(sample.crc32) & 0xFFFFFFFF)
@@ -84,14 +85,15 @@ class LMDBWriter(ShardWriter):
         add_columns(self._labels, self._crcs, self._keys, samples)
 
     def _append_records(self, samples: EncodedRows) -> None:
-        """One record per sample of a run whose payloads are byte strings."""
-        schema, pack, add = self._schema, RECORD.pack, self._add
-        for payload, label, crc in zip(samples.payloads, samples.labels.tolist(), samples.crcs.tolist()):
-            raw = payload if type(payload) is bytes else payload_bytes(schema, payload)
-            stored, compressed = compress(schema, raw)
-            add(sample_key(self._values), pack(RECORD_MAGIC, RECORD_VERSION, FLAG_ZLIB if compressed else 0,
-                                               crc & 0xFFFFFFFF, label, len(raw), len(stored)) + stored)
-            self._values += 1
+        """One record per sample of a run whose payloads are byte strings, added at once."""
+        assert isinstance(samples.payloads, list)
+        raws = run_bytes(self._schema, samples.payloads)
+        stored, compressed = compress_run(self._schema, raws)
+        pack, flags = RECORD.pack, FLAG_ZLIB if compressed else 0
+        values = [pack(RECORD_MAGIC, RECORD_VERSION, flags, crc, label, len(raw), len(one)) + one
+                  for crc, label, raw, one in zip(samples.crcs.tolist(), samples.labels.tolist(), raws, stored)]
+        self._add(sample_keys(self._values, len(values)), values)
+        self._values += len(values)
         add_columns(self._labels, self._crcs, self._keys, samples)
 
     def _add_rows(self, data: BytesLike, count: int) -> None:
@@ -107,17 +109,28 @@ class LMDBWriter(ShardWriter):
                 self._store_block()
 
     def _store_block(self) -> None:
-        self._add(sample_key(self._values), bytes(self._block))
+        self._add([sample_key(self._values)], [bytes(self._block)])
         self._values += 1
         self._block = bytearray()
         self._held = 0
 
-    def _add(self, key: bytes, value: bytes) -> None:
-        self._batch.append((key, value))
-        self._batch_bytes += len(value)
-        self._batch_need += self._need(len(key), len(value))
-        if self._batch_bytes >= BATCH_BYTES or len(self._batch) >= BATCH_SAMPLES:
-            self._flush()
+    def _add(self, keys: List[bytes], values: List[bytes]) -> None:
+        """Add records (in key order) to the batch, writing it wherever it fills: after the record
+        that takes it to BATCH_BYTES, or to BATCH_SAMPLES records."""
+        lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+        key_lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+        start = 0
+        while start < len(values):
+            ends = self._batch_bytes + np.cumsum(lengths[start:])
+            take = min(int(np.searchsorted(ends, BATCH_BYTES)) + 1, BATCH_SAMPLES - len(self._batch),
+                       len(values) - start)
+            stop = start + take
+            self._batch += zip(keys[start:stop], values[start:stop])
+            self._batch_bytes = int(ends[take - 1])
+            self._batch_need += self._need(key_lengths[start:stop], lengths[start:stop])
+            if self._batch_bytes >= BATCH_BYTES or len(self._batch) >= BATCH_SAMPLES:
+                self._flush()
+            start = stop
 
     def _flush(self) -> None:
         """Write the batch in one transaction, doubling the map first if it might not fit."""
@@ -144,11 +157,10 @@ class LMDBWriter(ShardWriter):
         """Generous bytes the batch needs, from the needs of its records."""
         return self._batch_need + self._batch_need // 8 + 16 * self._psize
 
-    def _need(self, key_length: int, value_length: int) -> int:
-        """Generous bytes a record needs: an overflow value takes whole pages, small ones share leaves."""
-        if value_length > self._psize // 2:
-            return -(-(value_length + 16) // self._psize) * self._psize
-        return key_length + value_length + 16
+    def _need(self, key_lengths: np.ndarray, value_lengths: np.ndarray) -> int:
+        """Generous bytes records need: an overflow value takes whole pages, small ones share leaves."""
+        pages = -(-(value_lengths + 16) // self._psize) * self._psize
+        return int(np.where(value_lengths > self._psize // 2, pages, key_lengths + value_lengths + 16).sum())
 
     def close(self) -> None:
         if self._env is None:
@@ -169,7 +181,8 @@ class LMDBWriter(ShardWriter):
         self._batch += [(KEY_BLOCKS_KEY, key_blocks.astype("<i8").tobytes()), (KEYS_KEY, key_data),
                         (LABELS_KEY, labels),
                         (META_KEY, json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())]
-        self._batch_need = sum(self._need(len(key), len(value)) for key, value in self._batch)
+        self._batch_need = self._need(np.array([len(key) for key, _ in self._batch], dtype=np.int64),
+                                      np.array([len(value) for _, value in self._batch], dtype=np.int64))
         self._flush()
         self._env.close()       # unsynced: the sink fsyncs the file before it counts
         self._env = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import zlib
 from array import array
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -71,6 +71,13 @@ def compress(schema: SampleSchema, raw: BytesLike) -> Tuple[BytesLike, bool]:
     return zlib.compress(raw, level), True
 
 
+def compress_run(schema: SampleSchema, raws: List[BytesLike]) -> Tuple[List[BytesLike], bool]:
+    """compress() of each payload of a run: (their stored bytes, whether they are zlib streams)."""
+    if schema.compression != "gzip":
+        return raws, False
+    return [compress(schema, raw)[0] for raw in raws], True
+
+
 def check_lengths(schema: SampleSchema, stored_length: int, raw_length: int, compressed: bool,
                   path: str, index: int) -> None:
     """Raise CorruptSampleError unless a record's lengths can be true (before reading the payload)."""
@@ -113,3 +120,16 @@ def add_columns(labels: "array[int]", crcs: "array[int]", keys: Any, samples: En
     labels.frombytes(samples.labels.astype(np.int64).tobytes())
     crcs.frombytes(samples.crcs.astype(np.dtype(crcs.typecode)).tobytes())
     keys.extend(samples.keys, len(samples))
+
+
+def run_bytes(schema: SampleSchema, payloads: Sequence[Payload]) -> List[BytesLike]:
+    """Each payload of a run as the bytes it is stored as (payload_bytes; bytes as they are)."""
+    return [payload if type(payload) is bytes else payload_bytes(schema, payload) for payload in payloads]
+
+
+def add_offsets(offsets: "array[int]", start: int, raws: Sequence[BytesLike]) -> np.ndarray:
+    """Append to a writer's offsets (int64) the ends of byte strings stored back to back from
+    `start`; their lengths."""
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
+    offsets.frombytes((start + np.cumsum(lengths)).tobytes())
+    return lengths

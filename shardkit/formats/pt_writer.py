@@ -11,7 +11,7 @@ from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
 from .base import ShardWriter
 from .keys import KeyPacker
-from .packing import add_columns, compress, payload_bytes, raw_rows
+from .packing import add_columns, add_offsets, compress, compress_run, payload_bytes, raw_rows, run_bytes
 from .pt_layout import FORMAT_NAME, FORMAT_VERSION
 from .pt_locator import seal
 
@@ -53,13 +53,11 @@ class PTWriter(ShardWriter):
         """A block of uncompressed fixed-shape rows, or a run of byte strings, is packed at once
         (the same bytes as append() on each)."""
         if isinstance(samples, EncodedRows) and isinstance(samples.payloads, list) and self._data is not None:
-            data, offsets, schema = self._data, self._offsets, self._schema
-            raw_lengths = self._raw_lengths
-            for payload in samples.payloads:
-                raw = payload if type(payload) is bytes else payload_bytes(schema, payload)
-                data += compress(schema, raw)[0]
-                offsets.append(len(data))
-                raw_lengths.append(len(raw))
+            raws = run_bytes(self._schema, samples.payloads)
+            stored = compress_run(self._schema, raws)[0]
+            add_offsets(self._offsets, len(self._data), stored)
+            self._raw_lengths.frombytes(np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)).tobytes())
+            self._data += b"".join(stored)
             add_columns(self._labels, self._crcs, self._keys, samples)
             return
         rows = raw_rows(self._schema, samples) if self._schema.compression == "none" else None
