@@ -28,6 +28,8 @@ PRESENT = 0
 ABSENT = NO_LABEL
 #: The stored dtype of each scalar type (one value a row, shape (1,)).
 SCALAR_DTYPES = {"label": "int64", "int": "int64", "float": "float64"}
+#: The stored dtypes of scalars and shapes, made once (a dtype named by a string is parsed each time).
+_INT64, _FLOAT64 = np.dtype("<i8"), np.dtype("<f8")
 
 
 def image_codec(spec: FieldSpec) -> ImageCodec:
@@ -117,15 +119,15 @@ class FieldEncoder:
         number = _whole_number(value, "a class (its name or its number)")
         if not 0 <= number < len(classes):
             raise SampleError(f"label {number} is outside the field's {len(classes)} classes")
-        return np.array([number], dtype="<i8")
+        return np.array([number], dtype=_INT64)
 
     def _int(self, value: Any) -> Payload:
-        return np.array([_whole_number(value, "an integer", bools=True)], dtype="<i8")
+        return np.array([_whole_number(value, "an integer", bools=True)], dtype=_INT64)
 
     def _float(self, value: Any) -> Payload:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise SampleError(f"expected a number, got {_kind(value)}")
-        return np.array([float(value)], dtype="<f8")
+        return np.array([float(value)], dtype=_FLOAT64)
 
     def _text(self, value: Any) -> Payload:
         if not isinstance(value, str):
@@ -155,7 +157,7 @@ class FieldEncoder:
         if not self.variable:
             return np.ascontiguousarray(array, dtype=self._dtype)
         data = array.tobytes() if array.dtype == self._dtype else np.ascontiguousarray(array, self._dtype).tobytes()
-        return data, np.array(array.shape, dtype="<i8")
+        return data, np.array(array.shape, dtype=_INT64)
 
 
 def _absent_payload(schema: SampleSchema) -> Payload:

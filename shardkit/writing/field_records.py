@@ -30,19 +30,31 @@ class SampleSizes:
 
     def __init__(self, fmt: ShardFormat, schemas: Dict[str, SampleSchema]) -> None:
         self._fmt = fmt
-        self._columns: List[Tuple[SampleSchema, Dict[int, int]]] = [(schema, {}) for schema in schemas.values()]
+        self._schemas = list(schemas.values())
+        self._known: List[Dict[int, int]] = [{} for _ in self._schemas]
+        self._lookups = [known.get for known in self._known]
 
     def __call__(self, payloads: Sequence[Payload], key: Optional[str]) -> int:
         extra = len(key or "")
         total = 0
-        for (schema, known), payload in zip(self._columns, payloads):
-            stored = (len(payload) if type(payload) is bytes else payload_nbytes(payload)) + extra
-            size = known.get(stored)
+        for lookup, payload in zip(self._lookups, payloads):      # bytes, or an array (make_record)
+            size = lookup((len(payload) if type(payload) is bytes else payload.nbytes) + extra)  # type: ignore
             if size is None:
+                return self._learn(payloads, extra)
+            total += size
+        return total
+
+    def _learn(self, payloads: Sequence[Payload], extra: int) -> int:
+        """The estimate of a sample with a stored size not seen before in its column: the format
+        is asked for each such size, and its answer remembered."""
+        total = 0
+        for schema, known, payload in zip(self._schemas, self._known, payloads):
+            stored = payload_nbytes(payload) + extra
+            if stored not in known:
                 if len(known) > MAX_KNOWN_SIZES:
                     known.clear()
-                size = known[stored] = int(self._fmt.sample_bytes(schema, np.array([stored]))[0])
-            total += size
+                known[stored] = int(self._fmt.sample_bytes(schema, np.array([stored]))[0])
+            total += known[stored]
         return total
 
 

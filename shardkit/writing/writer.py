@@ -147,7 +147,9 @@ class Writer:
             self._set_schema(SampleSchema.of_fields([_inferred(name, value, key) for name, value in sample.items()]))
         if self._committing:        # a shard committed by now gets its done record now, not at the next seal
             self._collect(self._pipeline.poll())
-        self._push(self._encode(sample, key))
+        leaving = self.buffer.push(self._encode(sample, key))
+        if leaving is not None:
+            self._emit(leaving)
 
     def copy(self, record: Mapping[str, Encoded]) -> None:
         """Add one sample as another dataset of the same schema stores it: its value of every column
@@ -216,7 +218,7 @@ class Writer:
         if record is HOLE:
             self._emitted += 1
             return
-        shard = self._open_shard()
+        shard = self._shard or self._open_shard()
         if shard.count and self.plan.max_bytes is not None and \
                 shard.nbytes + record_nbytes(record) > self.plan.max_bytes:
             self._seal()
