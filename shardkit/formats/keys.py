@@ -10,6 +10,7 @@ inflates one block of about a thousand keys for a lookup, only when a key is ask
 """
 from __future__ import annotations
 
+import functools
 import zlib
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
@@ -74,7 +75,14 @@ def _block(lengths: np.ndarray, data: Union[bytes, memoryview]) -> bytes:
     header = np.empty(len(lengths) + 1, dtype="<u4")
     header[0] = len(lengths)
     header[1:] = lengths
-    return zlib.compress(header.tobytes() + data, KEY_LEVEL)
+    return _compressed(header.tobytes() + data)
+
+
+@functools.lru_cache(maxsize=2)
+def _compressed(block: bytes) -> bytes:
+    """A key block's zlib stream, remembered for the next blocks: every column of a dataset
+    of fields stores the same keys, so its files' writers pack the same blocks one after another."""
+    return zlib.compress(block, KEY_LEVEL)
 
 
 class KeyPacker:
