@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
@@ -17,7 +18,7 @@ import numpy as np
 from ..errors import ConversionError
 from ..formats import get_format
 from ..formats.base import FormatOptions
-from ..integrity import FolderSync, fsync_path, hash_file, hash_shard_file, temp_path
+from ..integrity import FolderSync, fsync_path, hash_open_file, hash_shard_file, temp_path
 from ..runtime.fault_points import kill_point
 from .journal import Journal
 from ..manifest import SHARDS_DIR
@@ -145,13 +146,18 @@ class WrittenShard:
         sync_folder, one fsync of shards/ serves the renames made before it). None, with the file
         removed, when cancelled() holds before the rename (the run was stopped: --resume redoes it)."""
         try:
-            fsync_path(self.tmp)
-            if cancelled():
-                _unlink_quietly(self.tmp)
-                return None
-            os.replace(self.tmp, self.final)
-            (sync_folder or fsync_path)(self.final.parent)
-            self.result.sha256 = hash_file(self.final)
+            # hashed from the open file while its bytes are made durable (the sha256 is a read of
+            # the page cache, the fsync waits on the disk), not after
+            with open(self.tmp, "rb") as handle, ThreadPoolExecutor(1, "shardkit-hash") as hasher:
+                fd = handle.fileno()
+                digest = hasher.submit(hash_open_file, fd, self.final, os.fstat(fd).st_size)
+                fsync_path(self.tmp)
+                if cancelled():
+                    _unlink_quietly(self.tmp)
+                    return None
+                os.replace(self.tmp, self.final)
+                (sync_folder or fsync_path)(self.final.parent)
+                self.result.sha256 = digest.result()
             Journal(self.dst).write_done(self.task.name, self.result.to_dict())
         except OSError as exc:
             _unlink_quietly(self.tmp)
