@@ -114,6 +114,32 @@ def test_shards_are_cut_by_count_and_by_size(tmp_path: Path, fmt: str) -> None:
     assert int(manifest.shards.sizes.sum()) == sum(on_disk.values())
 
 
+def test_a_shard_by_size_holds_what_the_formats_estimate_of_its_values_fits(tmp_path: Path, fmt: str) -> None:
+    """shard_size: a shard takes samples while its files' fixed bytes and the format's sample_bytes
+    of each value's stored size (payload and key) stay within the size. Mutation: the key's length
+    left out of the estimate."""
+    from shardkit.codecs.fields import storage_schema
+    from shardkit.formats import get_format
+    from shardkit.schema import FieldSpec
+
+    samples = [{"t": "x" * (n * 37 % 300), "n": n} for n in range(400)]
+    shape = get_format(fmt)
+    schemas = [storage_schema(FieldSpec("t", "text")), storage_schema(FieldSpec("n", "int"))]
+    limit = 2 * shape.fixed_bytes + 20_000
+    expected, total = [0], 2 * shape.fixed_bytes
+    for position, sample in enumerate(samples):
+        stored = [len(sample["t"]), 8]
+        size = sum(int(shape.sample_bytes(schema, np.array([one + len(str(position))]))[0])
+                   for schema, one in zip(schemas, stored))
+        if expected[-1] and total + size > limit:
+            expected, total = expected + [0], 2 * shape.fixed_bytes
+        expected[-1] += 1
+        total += size
+    shardkit.write(samples, tmp_path / "ds", {"t": "text", "n": "int"}, format=fmt, shard_size=limit, order="source")
+    assert len(expected) > 3
+    assert shardkit.open_dataset(tmp_path / "ds").manifest.shards.num_samples.tolist() == expected
+
+
 def test_the_shuffle_is_bounded_by_the_buffer(tmp_path: Path) -> None:
     """A sample leaves the buffer only after it arrived and within `shuffle_buffer` inputs of the
     output position it takes; the order is a permutation that depends on the seed."""
