@@ -402,3 +402,35 @@ def test_a_reader_collected_while_another_environment_opens_does_not_deadlock(
         done.set()
     threading.Thread(target=open_b, daemon=True).start()
     assert done.wait(30), "opening an environment deadlocked on a finalizer"
+
+
+@pytest.mark.parametrize("batch_samples, batch_bytes", [(17, 1 << 30), (1 << 20, 1000), (9, 1500)])
+def test_the_batch_is_written_where_it_fills_however_the_records_arrive(tmp_path: Path, batch_samples: int,
+                                                                        batch_bytes: int,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One write transaction per batch: after the record that takes it to BATCH_SAMPLES records or
+    to BATCH_BYTES bytes, then the rest and the tables at close; runs of any length (append_many)
+    and single records alike. Mutations: a batch one record longer, or cut one record later."""
+    from shardkit.records import EncodedRows
+    monkeypatch.setattr(lmdb_format, "BATCH_SAMPLES", batch_samples)
+    monkeypatch.setattr(lmdb_format, "BATCH_BYTES", batch_bytes)
+    schema = SampleSchema(kind="image")
+    payloads = [bytes([n % 251]) * (50 + n * 7 % 90) for n in range(200)]
+    writer = get_format("lmdb").open_writer(str(tmp_path / "s.lmdb"), schema, get_format("lmdb").writer_options())
+    start = 0
+    for length in [1, 40, 0, 3, 77, 1, 1, 200]:
+        run = payloads[start:start + length]
+        writer.append_many(EncodedRows(run, [0] * len(run), [zlib.crc32(one) for one in run], ["k"] * len(run)))
+        start += len(run)
+    writer.close()
+    transactions, held, size = 0, 0, 0
+    for payload in payloads:
+        held, size = held + 1, size + RECORD.size + len(payload)
+        if held >= batch_samples or size >= batch_bytes:
+            transactions, held, size = transactions + 1, 0, 0
+    transactions += (1 if held else 0) + 1          # the rest, then the tables
+    env = lmdb.open(str(tmp_path / "s.lmdb"), subdir=False, readonly=True, lock=False)
+    try:
+        assert env.info()["last_txnid"] == transactions
+    finally:
+        env.close()
