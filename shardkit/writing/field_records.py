@@ -66,6 +66,16 @@ def make_record(payloads: Record, key: Optional[str], absent: Optional[Tuple[int
     return payloads
 
 
+def stored_record(values: Sequence[Encoded], sizes: Optional[SampleSizes]) -> Record:
+    """The record of a sample copied from another dataset: each column's stored value (payload,
+    presence, CRC32 as read and checked there) and the key they share."""
+    payloads: Record = [value.payload for value in values]
+    key = values[0].key if values else None
+    absent = tuple(column for column, value in enumerate(values) if value.label == ABSENT) or None
+    nbytes = sizes(payloads, key) if sizes is not None else 0
+    return payloads + [value.crc32 for value in values] + [key, absent, nbytes]
+
+
 def record_nbytes(record: Record) -> int:
     """A record's estimated bytes in the shard."""
     return int(record[-1])

@@ -17,10 +17,11 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 from ..codecs.fields import FieldEncoder, infer_field
 from ..errors import SampleError, UsageError
 from ..formats import get_format
+from ..records import Encoded
 from ..schema import FieldSpec, SampleSchema
 from ..units import parse_part, parse_size
 from .commit import CommitPipeline
-from .field_records import Record, SampleSizes, make_record, record_nbytes
+from .field_records import Record, SampleSizes, make_record, record_nbytes, stored_record
 from .field_shard import RECORD_SUFFIX, FieldShard, kept_record, shard_record, shard_stem
 from .journal import claim_destination, remove_stale_temps
 from .shuffle import ShuffleBuffer
@@ -160,7 +161,7 @@ class Writer:
                              f"the writer is made), in order: {', '.join(columns) or 'none given'}")
         if self._committing:
             self._collect(self._pipeline.poll())
-        self._push(dict(record))
+        self._push(stored_record(list(record.values()), self._sizes))
 
     def skip(self, path: str, reason: str, at_scan: bool = False) -> None:
         """Note an input that could not become a sample (listed in skipped.jsonl): it keeps its
