@@ -15,13 +15,14 @@ import time
 from typing import Any, Dict, Optional, Tuple, Union
 
 from ..errors import ConversionError, SampleError, UsageError
+from ..manifest import Manifest
 from ..order import seeded_permutation
 from ..remote.location import is_url
 from ..runtime.progress import Progress
 from ..sources.base import Skipped
 from ..sources.fields import FieldItem, FieldSource
 from ..units import parse_part
-from .conversion import ConvertReport, fields_dataset, refuse_nested
+from .conversion import ConvertReport, refuse_nested
 from .stored_fields import StoredItem, open_stored
 from .writer import Writer
 
@@ -40,10 +41,11 @@ _DEFAULTS = {"executor": "local", "on_error": "skip", "validate": "full"}
 READ_BATCH = 64
 
 
-def convert_fields(src: str, dst: str, format: str = "hdf5", **options: Any) -> ConvertReport:
-    """Convert a source of named fields at SRC into a dataset at DST (see the module doc)."""
+def convert_fields(src: str, dst: str, format: str = "hdf5", stored: Optional[Manifest] = None,
+                   **options: Any) -> ConvertReport:
+    """Convert a source of named fields at SRC into a dataset at DST (see the module doc); stored:
+    SRC's manifest when SRC is a dataset of named fields (conversion.fields_dataset)."""
     src, dst = os.fspath(src), os.fspath(dst)
-    stored = fields_dataset(src)
     applies, what = (STORED_OPTIONS, "a dataset of named fields (its values are copied as stored)") \
         if stored is not None else (FILE_OPTIONS, "sources of named fields (--sidecars, --image-column)")
     foreign = sorted(name for name, value in options.items() if name not in WRITER_OPTIONS | applies
@@ -54,10 +56,15 @@ def convert_fields(src: str, dst: str, format: str = "hdf5", **options: Any) -> 
     if not is_url(src) and not os.path.exists(src):
         raise UsageError("no such file or directory", path=src)
     refuse_nested(src, dst)
-    if stored is not None:
-        source: FieldSource = open_stored(src, stored, options)
-    else:
-        source = open_field_source(src, options)
+    source = open_stored(src, stored, options) if stored is not None else open_field_source(src, options)
+    try:
+        return _convert_source(source, src, dst, format, options)
+    finally:
+        source.close()
+
+
+def _convert_source(source: FieldSource, src: str, dst: str, format: str, options: Dict[str, Any]) -> ConvertReport:
+    """The items of an open source of named fields, in the order asked, into a Writer at DST."""
     started = time.monotonic()
     order = options.get("order") or source.default_order
     seed = int(options.get("seed") or 0)

@@ -54,6 +54,9 @@ class FieldSource(abc.ABC):
         """Items read as samples, in the order asked (a source may read them together)."""
         return [self.read(index) for index in indices]
 
+    def close(self) -> None:
+        """Release what the source holds open (nothing, for sources of files)."""
+
     def summary(self) -> Dict[str, Any]:
         """What the manifest's source summary records of the scan."""
         return {"items": len(self), "fields": [spec.name for spec in self.fields],
