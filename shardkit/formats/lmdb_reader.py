@@ -25,6 +25,13 @@ from .lmdb_layout import (CRCS_KEY, FLAG_ZLIB, FORMAT_NAME, FORMAT_VERSION, KEY_
 from .packing import array_dtype, check_lengths, restore
 
 
+#: RECORD as a numpy record (the same 32 bytes), to check a batch's headers at once.
+_HEADER = np.dtype([("magic", "S2"), ("version", "u1"), ("flags", "u1"), ("crc", "<u4"), ("label", "<i8"),
+                    ("raw", "<u8"), ("stored", "<u8")])
+_HEADER_BYTES = np.arange(RECORD.size)
+assert _HEADER.itemsize == RECORD.size
+
+
 class _BlockRows:
     """The rows of an LMDB shard's blocks, for its reader and for reads that need nothing else of
     it: each row copied out of LMDB's map under the environment's lock (a view could outlive the
@@ -181,13 +188,14 @@ class LMDBReader(ShardReader):
 
     def read_many(self, indices: Sequence[int]) -> List[Encoded]:
         """Samples at local indices under one lock, fetched with one cursor call."""
-        keys = []
-        for index in indices:
-            if not 0 <= index < self._count:
-                raise IndexError(f"sample {index} out of range for shard of {self._count}")
-            keys.append(sample_key(index))
+        wanted = np.asarray(indices, dtype=np.int64)
+        if len(wanted) and not (0 <= int(wanted.min()) and int(wanted.max()) < self._count):
+            bad = wanted[(wanted < 0) | (wanted >= self._count)][0]
+            raise IndexError(f"sample {bad} out of range for shard of {self._count}")
         if self._per_block:
             return [self._read_row(index) for index in indices]
+        packed = wanted.astype(">u8").tobytes()      # sample_key() of each, at once
+        keys = [packed[start:start + 8] for start in range(0, len(packed), 8)]
         with self._locked() as shared:
             try:
                 found = shared.txn.cursor().getmulti(keys)
@@ -198,7 +206,30 @@ class LMDBReader(ShardReader):
                     values = [shared.txn.get(key) for key in keys]
             except lmdb.Error as exc:
                 raise CorruptSampleError(self._path, indices[0], short_message(exc, self._path)) from None
+            return self._records(indices, values)
+
+    def _records(self, indices: Sequence[int], values: List[Any]) -> List[Encoded]:
+        """The samples of a batch of records (copied out while mapped): the headers of uncompressed
+        byte records checked at once, as _record checks one (a third of the CPU of a batch read);
+        anything else, or any header that fails, goes through _record one by one, which names the sample."""
+        plain = not self._schema.is_array and self._schema.compression == "none"
+        if not plain or len(values) < 2 or any(value is None for value in values):
             return [self._record(index, value) for index, value in zip(indices, values)]
+        lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+        if int(lengths.min()) < RECORD.size:
+            return [self._record(index, value) for index, value in zip(indices, values)]
+        joined = b"".join(values)
+        ends = np.cumsum(lengths)
+        starts = ends - lengths
+        heads = np.frombuffer(joined, dtype=np.uint8)[starts[:, None] + _HEADER_BYTES].view(_HEADER)[:, 0]
+        stored = heads["stored"].astype(np.int64)
+        labels = heads["label"]
+        if not (np.all(heads["magic"] == RECORD_MAGIC) & np.all(heads["version"] == RECORD_VERSION)
+                & np.all(heads["flags"] == 0) & np.all(stored == lengths - RECORD.size)
+                & np.all(heads["raw"] == heads["stored"]) & np.all(labels == self._labels[np.asarray(indices)])):
+            return [self._record(index, value) for index, value in zip(indices, values)]
+        return [Encoded(joined[begin:end], label, crc) for begin, end, label, crc in
+                zip((starts + RECORD.size).tolist(), ends.tolist(), labels.tolist(), heads["crc"].tolist())]
 
     def _record(self, index: int, value: Any) -> Encoded:
         """The sample in a record of the map (copied out while mapped), after checking its header."""

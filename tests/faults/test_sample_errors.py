@@ -138,3 +138,34 @@ def test_short_lmdb_row_block_names_the_sample(tmp_path: Path) -> None:
         assert caught.value.index == per_block + 2
     finally:
         reader.close()
+
+
+@pytest.mark.parametrize("damage", ["magic", "version", "flags", "label", "raw length", "both lengths"])
+def test_damaged_lmdb_record_header_in_a_batch_names_the_sample(damage: str, image_tree: Path, tmp_path: Path) -> None:
+    """A batch of LMDB records has its headers checked at once; a header that lies (a field of
+    the record's 32 bytes changed, the record still a valid LMDB value) fails the batch read with
+    the sample named, as a read of that sample alone does; batches without it read as before."""
+    dst = tmp_path / "dst"
+    shardkit.convert(str(image_tree), str(dst), format="lmdb", quiet=True)
+    ds = shardkit.open_dataset(dst, decode=None)
+    before = [bytes(memoryview(image)) for image, _ in ds.__getitems__(list(range(len(ds))))]
+    shard, local = ds.locate(7)
+    ds.close()
+    offset, value = {"magic": (0, b"SX"), "version": (2, b"\x02"), "flags": (3, b"\x02"),
+                     "label": (8, struct.pack("<q", 5)), "raw length": (16, struct.pack("<Q", 3)),
+                     "both lengths": (16, struct.pack("<QQ", 3, 3))}[damage]
+    path = shard_paths(dst)[shard]
+    content = bytearray(path.read_bytes())
+    header = content.find(before[7]) - 32         # the record: a 32-byte header, then the image's bytes
+    assert header > 0 and content[header:header + 2] == b"SK" and content.count(before[7]) == 1
+    content[header + offset:header + offset + len(value)] = value
+    path.write_bytes(bytes(content))            # in place: the file keeps its size
+    ds = shardkit.open_dataset(dst, decode=None)
+    try:
+        with pytest.raises(CorruptSampleError) as caught:
+            ds.__getitems__(list(range(len(ds))))
+        assert (caught.value.index, caught.value.global_index) == (local, 7)
+        others = [index for index in range(len(ds)) if index != 7]
+        assert [bytes(memoryview(image)) for image, _ in ds.__getitems__(others)] == [before[i] for i in others]
+    finally:
+        ds.close()
