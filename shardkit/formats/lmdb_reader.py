@@ -76,6 +76,8 @@ class LMDBReader(ShardReader):
         self.readahead = shared.readahead
         self._per_block = 0
         self._width = schema.sample_nbytes
+        #: Records of uncompressed bytes: a batch of them is read by _plain_records.
+        self._plain = not schema.is_array and schema.compression == "none"
         self._row_source: Optional[_BlockRows] = None     # fixed-shape rows in blocks: read through this
         #: Where each block of rows lies in the map (0: not looked up yet), so that a read after the
         #: first of its block is a copy out of the map with no B-tree lookup: 8 bytes a block.
@@ -187,7 +189,8 @@ class LMDBReader(ShardReader):
             return self._record(index, value)
 
     def read_many(self, indices: Sequence[int]) -> List[Encoded]:
-        """Samples at local indices under one lock, fetched with one cursor call."""
+        """Samples at local indices under one lock: uncompressed byte records copied into one
+        buffer and their headers checked at once (_plain_records), others fetched with one cursor call."""
         wanted = np.asarray(indices, dtype=np.int64)
         if len(wanted) and not (0 <= int(wanted.min()) and int(wanted.max()) < self._count):
             bad = wanted[(wanted < 0) | (wanted >= self._count)][0]
@@ -198,6 +201,10 @@ class LMDBReader(ShardReader):
         keys = [packed[start:start + 8] for start in range(0, len(packed), 8)]
         with self._locked() as shared:
             try:
+                if self._plain and len(keys) > 1:
+                    plain = self._plain_records(shared, wanted, keys)
+                    if plain is not None:
+                        return plain
                 found = shared.txn.cursor().getmulti(keys)
                 values: List[Any] = []
                 if len(found) == len(keys):
@@ -206,29 +213,34 @@ class LMDBReader(ShardReader):
                     values = [shared.txn.get(key) for key in keys]
             except lmdb.Error as exc:
                 raise CorruptSampleError(self._path, indices[0], short_message(exc, self._path)) from None
-            return self._records(indices, values)
+            return [self._record(index, value) for index, value in zip(indices, values)]
 
-    def _records(self, indices: Sequence[int], values: List[Any]) -> List[Encoded]:
-        """The samples of a batch of records (copied out while mapped): the headers of uncompressed
-        byte records checked at once, as _record checks one (a third of the CPU of a batch read);
-        anything else, or any header that fails, goes through _record one by one, which names the sample."""
-        plain = not self._schema.is_array and self._schema.compression == "none"
-        if not plain or len(values) < 2 or any(value is None for value in values):
-            return [self._record(index, value) for index, value in zip(indices, values)]
-        lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
-        if int(lengths.min()) < RECORD.size:
-            return [self._record(index, value) for index, value in zip(indices, values)]
-        joined = b"".join(values)
-        ends = np.cumsum(lengths)
-        starts = ends - lengths
+    def _plain_records(self, shared: SharedEnv, wanted: np.ndarray, keys: List[bytes]) -> Optional[List[Encoded]]:
+        """The records of uncompressed byte payloads (held lock): each value copied into one buffer as
+        it is fetched, so no Python object per record outlives the copy (a batch's objects would
+        otherwise set off the garbage collector's full passes over a training process's heap), and the
+        headers checked at once as _record checks one. None when a record is missing or any header
+        fails: the caller reads them one by one, which names the sample."""
+        joined, lengths, get = bytearray(), [], shared.txn.get
+        for key in keys:
+            value = get(key)
+            if value is None:
+                return None
+            lengths.append(len(value))
+            joined += value
+        sizes = np.asarray(lengths, dtype=np.int64)
+        if int(sizes.min()) < RECORD.size:
+            return None
+        ends = np.cumsum(sizes)
+        starts = ends - sizes
         heads = np.frombuffer(joined, dtype=np.uint8)[starts[:, None] + _HEADER_BYTES].view(_HEADER)[:, 0]
-        stored = heads["stored"].astype(np.int64)
-        labels = heads["label"]
+        stored, labels = heads["stored"].astype(np.int64), heads["label"]
         if not (np.all(heads["magic"] == RECORD_MAGIC) & np.all(heads["version"] == RECORD_VERSION)
-                & np.all(heads["flags"] == 0) & np.all(stored == lengths - RECORD.size)
-                & np.all(heads["raw"] == heads["stored"]) & np.all(labels == self._labels[np.asarray(indices)])):
-            return [self._record(index, value) for index, value in zip(indices, values)]
-        return [Encoded(joined[begin:end], label, crc) for begin, end, label, crc in
+                & np.all(heads["flags"] == 0) & np.all(stored == sizes - RECORD.size)
+                & np.all(heads["raw"] == heads["stored"]) & np.all(labels == self._labels[wanted])):
+            return None
+        whole = bytes(joined)
+        return [Encoded(whole[begin:end], label, crc) for begin, end, label, crc in
                 zip((starts + RECORD.size).tolist(), ends.tolist(), labels.tolist(), heads["crc"].tolist())]
 
     def _record(self, index: int, value: Any) -> Encoded:
