@@ -19,7 +19,7 @@ from ..records import Encoded
 from ..remote.cache import RemoteShardCache
 from .budget import process_budget
 from .cache import ShardCache
-from .indices import sample_index, sample_indices
+from .indices import distinct, sample_index, sample_indices
 from .remote_files import REMOTE_OPTIONS, remote_files
 
 _Records = TypeVar("_Records", bound="ShardRecords")
@@ -162,12 +162,12 @@ class ShardRecords:
         more shard maps alive than max_open_shards."""
         self.shard_cache.check_files()
         shards = np.searchsorted(self.shard_starts, wanted, side="right") - 1
-        distinct = len(np.unique(shards))
-        if len(wanted) < MIN_GROUP * distinct:
+        count = len(distinct(shards))
+        if len(wanted) < MIN_GROUP * count:
             out = [self._read(index) for index in wanted.tolist()]
         else:
             out = self._read_groups(wanted, shards)
-        return [_owned(one) for one in out] if distinct > self.shard_cache.capacity else out
+        return [_owned(one) for one in out] if count > self.shard_cache.capacity else out
 
     def _read_groups(self, wanted: np.ndarray, shards: np.ndarray) -> List[Encoded]:
         """A batch grouped by shard: one read_many call per shard of more than one sample."""

@@ -148,3 +148,26 @@ def test_a_child_of_a_child_reads_as_its_parent(images_dataset: Path) -> None:
 def _in_grandchild(ds: Any, expected: List[Any]) -> None:
     ok = _values(ds) == expected
     raise SystemExit(0 if ok and _in_child(_read_all, ds, expected) == 0 else 3)
+
+
+def test_a_batch_read_imports_nothing_a_forked_worker_would_import_every_epoch(tmp_path: Path) -> None:
+    """A DataLoader worker that is not persistent is forked anew each epoch: a module its first
+    batch read imports (numpy.ma, which np.unique imports on first use: 60-190 ms) is imported
+    again every epoch, in every worker. A fresh process reading batches of every format imports
+    none of the lazily imported numpy modules."""
+    import subprocess
+    script = (
+        "import sys, numpy as np, shardkit\n"
+        "order = np.random.default_rng(0).permutation(200).tolist()\n"
+        "for fmt in ('hdf5', 'lmdb', 'pt'):\n"
+        "    dst = shardkit.write(({'image': bytes([n]) * 300, 'caption': str(n)} for n in range(200)),\n"
+        f"                         {str(tmp_path)!r} + '/' + fmt, {{'image': 'bytes', 'caption': 'text'}},\n"
+        "                         format=fmt, samples_per_shard=50).dst\n"
+        "    lazy = {name for name in sys.modules if name.startswith('numpy.')}\n"
+        "    with shardkit.open_dataset(dst, fields=('image', 'caption')) as ds:\n"
+        "        assert len(ds.__getitems__(order)) == 200\n"
+        "    added = {name for name in sys.modules if name.startswith('numpy.')} - lazy\n"
+        "    assert not added, (fmt, sorted(added))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
