@@ -3,9 +3,10 @@ rate, random reads through a DataLoader, and what reading one field of three cos
 
 Samples: --samples (default 20,000) of an encoded JPEG (64 px a side, from a pool of --distinct),
 a caption (text) and boxes (float32 (n, 4), n from 1 to 4: MDS refuses an empty array), made
-alike in every process. Every contender runs in a child process of its own, in --repeat
-interleaved rounds; shardkit in this Python, the peers in --peer-python (a venv of their own:
-they are not shardkit's dependencies).
+alike in every process. Every contender writes in a child process of its own and reads in
+another (as a training job reads what was written before), in --repeat interleaved rounds;
+shardkit in this Python, the peers in --peer-python (a venv of their own: they are not
+shardkit's dependencies).
   * write: shardkit.write(..., format=F) for each format (CRC32 of every value and sha256 of every
     file always on; each image decoded once to prove it decodes; and again with the image's
     validate "none", which only looks at the bytes' magic number, as the peers store bytes),
@@ -93,23 +94,26 @@ def timed_epoch(dataset: Any, count: int) -> float:
     return time.perf_counter() - started
 
 
-def child_shardkit(fmt: str, work: str, validate: Optional[str] = None) -> Dict[str, float]:
+def child_shardkit(fmt: str, work: str, phase: str, validate: Optional[str] = None) -> Dict[str, float]:
     import shardkit
-    image = {"type": "image"} if validate is None else {"type": "image", "validate": validate}
-    fields = {"image": image, "caption": "text", "boxes": {"type": "array", "dtype": "float32", "shape": [None, 4]}}
-    dst = os.path.join(work, "ds")
-    # untimed: ten samples load the modules a write uses (torch for pt, h5py, Pillow), as each
-    # peer's child imports its library before its clock starts
-    shardkit.write(_SAMPLES[:10], os.path.join(work, "warm"), fields, format=fmt, order="source")
-    started = time.perf_counter()
-    shardkit.write(_SAMPLES, dst, fields, format=fmt, order="source")
-    written = time.perf_counter() - started
+    dst, alone = os.path.join(work, "ds"), os.path.join(work, "captions")
+    if phase == "write":
+        image = {"type": "image"} if validate is None else {"type": "image", "validate": validate}
+        fields = {"image": image, "caption": "text",
+                  "boxes": {"type": "array", "dtype": "float32", "shape": [None, 4]}}
+        # untimed: ten samples load the modules a write uses (torch for pt, h5py, Pillow), as each
+        # peer's child imports its library before its clock starts
+        shardkit.write(_SAMPLES[:10], os.path.join(work, "warm"), fields, format=fmt, order="source")
+        started = time.perf_counter()
+        shardkit.write(_SAMPLES, dst, fields, format=fmt, order="source")
+        written = time.perf_counter() - started
+        shardkit.write(({"caption": sample["caption"]} for sample in _SAMPLES), alone, {"caption": "text"},
+                       format=fmt, order="source")
+        return {"write": written}
+    count = len(_SAMPLES)
     ds = shardkit.open_dataset(dst, fields=("image", "caption"), decode={"image": None, "caption": "pil"})
-    read = timed_epoch(ds, len(_SAMPLES))
-    alone = os.path.join(work, "captions")
-    shardkit.write(({"caption": sample["caption"]} for sample in _SAMPLES), alone, {"caption": "text"},
-                   format=fmt, order="source")
-    order = np.random.default_rng(4).permutation(len(_SAMPLES)).tolist()
+    read = timed_epoch(ds, count)
+    order = np.random.default_rng(4).permutation(count).tolist()
     costs = {}
     for name, path in (("one of three", dst), ("alone", alone)):
         with shardkit.open_dataset(path, fields=("caption",)) as one:
@@ -118,7 +122,7 @@ def child_shardkit(fmt: str, work: str, validate: Optional[str] = None) -> Dict[
             for start in range(0, len(order), 256):
                 one.__getitems__(order[start:start + 256])
             costs[name] = time.perf_counter() - started
-    return {"write": written, "read": read, "caption of three": costs["one of three"], "caption alone": costs["alone"]}
+    return {"read": read, "caption of three": costs["one of three"], "caption alone": costs["alone"]}
 
 
 def _peer_imports() -> None:
@@ -141,61 +145,76 @@ def _peer_imports() -> None:
         sys.modules["torchvision.transforms.functional"].to_tensor = None  # type: ignore[attr-defined]
 
 
-def child_mds(work: str) -> Dict[str, float]:
+def child_mds(work: str, phase: str) -> Dict[str, float]:
     _peer_imports()
     from streaming import MDSWriter, StreamingDataset
     from streaming.base.util import clean_stale_shared_memory
     clean_stale_shared_memory()
     dst = os.path.join(work, "mds")
-    started = time.perf_counter()
-    with MDSWriter(out=dst, columns={"image": "bytes", "caption": "str", "boxes": "ndarray:float32"}) as writer:
-        for sample in _SAMPLES:
-            writer.write(sample)
-    written = time.perf_counter() - started
+    if phase == "write":
+        started = time.perf_counter()
+        with MDSWriter(out=dst, columns={"image": "bytes", "caption": "str", "boxes": "ndarray:float32"}) as writer:
+            for sample in _SAMPLES:
+                writer.write(sample)
+        return {"write": time.perf_counter() - started}
     ds = StreamingDataset(local=dst, shuffle=False, batch_size=256)
-    return {"write": written, "read": timed_epoch(Items(ds, len(_SAMPLES)), len(_SAMPLES))}
+    return {"read": timed_epoch(Items(ds, len(_SAMPLES)), len(_SAMPLES))}
 
 
 def _litdata_sample(index: int) -> Dict[str, Any]:
     return _SAMPLES[index]
 
 
-def child_litdata(work: str) -> Dict[str, float]:
+def child_litdata(work: str, phase: str) -> Dict[str, float]:
     _peer_imports()
     import litdata
     dst = os.path.join(work, "litdata")
-    started = time.perf_counter()
-    litdata.optimize(fn=_litdata_sample, inputs=list(range(len(_SAMPLES))), output_dir=dst, chunk_bytes="64MB",
-                     num_workers=1, start_method="fork")
-    written = time.perf_counter() - started
+    if phase == "write":
+        started = time.perf_counter()
+        litdata.optimize(fn=_litdata_sample, inputs=list(range(len(_SAMPLES))), output_dir=dst,
+                         chunk_bytes="64MB", num_workers=1, start_method="fork")
+        return {"write": time.perf_counter() - started}
     ds = litdata.StreamingDataset(input_dir=dst)
-    return {"write": written, "read": timed_epoch(Items(ds, len(_SAMPLES)), len(_SAMPLES))}
+    return {"read": timed_epoch(Items(ds, len(_SAMPLES)), len(_SAMPLES))}
 
 
 def run_child(args: argparse.Namespace) -> None:
-    _SAMPLES.extend(make_samples(args.samples, args.distinct))
-    work = tempfile.mkdtemp(prefix="fields-peers-", dir=args.work)
-    try:
-        if args.child in FORMATS:
-            result = child_shardkit(args.child, work)
-        elif args.child in UNCHECKED:
-            result = child_shardkit(args.child.split()[0], work, "none")
-        else:
-            result = child_mds(work) if args.child == "mds" else child_litdata(work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    """One phase of one contender in this process: the write (samples made here first), or the
+    read of what that write left in args.work."""
+    if args.phase == "write":
+        _SAMPLES.extend(make_samples(args.samples, args.distinct))
+    else:       # the read phases only count them
+        _SAMPLES.extend([{}] * args.samples)
+    if args.child in FORMATS:
+        result = child_shardkit(args.child, args.work, args.phase)
+    elif args.child in UNCHECKED:
+        result = child_shardkit(args.child.split()[0], args.work, args.phase, "none")
+    else:
+        result = child_mds(args.work, args.phase) if args.child == "mds" else child_litdata(args.work, args.phase)
     print(MARK + json.dumps(result), flush=True)
 
 
 def one_round(args: argparse.Namespace, name: str) -> Dict[str, float]:
+    """A contender's write, then its reads in a new process (a training job reads shards written
+    earlier; reading in the process that just wrote 20,000 samples measures that process's heap:
+    a DataLoader worker forked from it inherits the garbage collector's state, and its first
+    collection may be a full pass over the writer's objects)."""
     python = args.peer_python if name in PEERS else sys.executable
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([python, __file__, "--child", name, "--samples", str(args.samples), "--distinct",
-                           str(args.distinct), "--work", args.work], env=env, capture_output=True, text=True)
-    lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
-    if done.returncode or not lines:
-        raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
-    return json.loads(lines[-1][len(MARK):])
+    work = tempfile.mkdtemp(prefix="fields-peers-", dir=args.work)
+    result: Dict[str, float] = {}
+    try:
+        for phase in ("write", "read"):
+            done = subprocess.run([python, __file__, "--child", name, "--phase", phase, "--samples",
+                                   str(args.samples), "--distinct", str(args.distinct), "--work", work],
+                                  env=env, capture_output=True, text=True)
+            lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
+            if done.returncode or not lines:
+                raise SystemExit(f"{name} {phase} failed:\n{done.stderr[-3000:]}")
+            result.update(json.loads(lines[-1][len(MARK):]))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
 
 
 def report(args: argparse.Namespace) -> None:
@@ -230,6 +249,7 @@ def main() -> None:
     parser.add_argument("--peer-python", default="/work/bench-venv/bin/python")
     parser.add_argument("--work", default=None)
     parser.add_argument("--child", choices=[*FORMATS, *UNCHECKED, *PEERS], default=None)
+    parser.add_argument("--phase", choices=["write", "read"], default="write")
     args = parser.parse_args()
     if args.child:
         run_child(args)
