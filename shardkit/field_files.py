@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -22,13 +22,14 @@ SHARD_KEYS = {"num_samples", "first_index", "files"}
 FILE_KEYS = {"path", "size", "sha256"}
 #: A column's name: a field's, or a variable-shape array's `<name>.shape` (a regular expression).
 COLUMN_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}(\.shape)?"
-#: The sample table of a column: sample_table.<column>.bin.
-_TABLE_NAME = re.compile(rf"sample_table\.{COLUMN_NAME}\.bin\Z")
+#: The sample table of a column: sample_table.<column>.bin, or sample_table-<samples>.<column>.bin as
+#: an append writes it (a reader of the manifest before keeps the table it opened).
+_TABLE_NAME = re.compile(rf"sample_table(-[0-9]+)?\.{COLUMN_NAME}\.bin\Z")
 
 
-def table_name(column: str) -> str:
-    """The file name of a column's sample table."""
-    return f"sample_table.{column}.bin"
+def table_name(column: str, num_samples: Optional[int] = None) -> str:
+    """The file name of a column's sample table (written by an append to num_samples samples)."""
+    return f"sample_table.{column}.bin" if num_samples is None else f"sample_table-{num_samples}.{column}.bin"
 
 
 def is_table_name(name: str) -> bool:
@@ -112,5 +113,5 @@ def _tables(tables: Any, columns: Sequence[str], num_samples: int, where: str) -
         return {}
     if not isinstance(tables, dict) or not set(tables) <= set(columns):
         raise ManifestError("sample_tables must map columns of the fields to their tables", path=where)
-    return {column: check_entry(entry, num_samples, where, name=table_name(column))
+    return {column: check_entry(entry, num_samples, where, names=(table_name(column), table_name(column, num_samples)))
             for column, entry in tables.items() if column in columns}

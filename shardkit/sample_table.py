@@ -35,12 +35,12 @@ _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _BLOCK_ROWS = 1 << 18
 
 
-def check_entry(entry: Any, num_samples: int, where: str, name: Optional[str] = None) -> Dict[str, Any]:
-    """The manifest's sample_table entry, if it names this file (`name`: a field's own table in a
+def check_entry(entry: Any, num_samples: int, where: str, names: Optional[Tuple[str, ...]] = None) -> Dict[str, Any]:
+    """The manifest's sample_table entry, if it names this file (`names`: a field's own table in a
     dataset of fields) with the size of num_samples rows and a sha256; ManifestError otherwise."""
     if not isinstance(entry, dict) or set(entry) != {"path", "size", "sha256"}:
         raise ManifestError("sample_table must be an object of path, size and sha256", path=where)
-    allowed = (name,) if name is not None else (TABLE_NAME, table_name(num_samples))
+    allowed = names if names is not None else (TABLE_NAME, table_name(num_samples))
     if entry["path"] not in allowed:
         raise ManifestError(f"sample_table path must be {' or '.join(map(repr, allowed))}, not {entry['path']!r}",
                             path=where)

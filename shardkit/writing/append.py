@@ -13,7 +13,7 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 from ..errors import ConversionError, UsageError
 from ..integrity import atomic_write_bytes, fsync_path, hash_shard_file
@@ -34,12 +34,15 @@ from .table_writer import joined_sample_table, write_sample_table
 
 def append_inputs(src: str, dst: str, given: Dict[str, Any], run: RunOptions, started: float) -> Any:
     """Append SRC's new inputs to the dataset in DST; its ConvertReport (conversion.py's)."""
-    from .conversion import _convert_source, report_for
+    from .conversion import _convert_source
     manifest = finished_for(dst, "appending")
     if manifest.part is not None:
         raise UsageError("is one part of a --part conversion; merge the parts before appending", path=dst)
     keywords = replay_options(manifest, dst)
     check_options(given, keywords, dst)
+    if manifest.fields is not None:             # a dataset of named fields converted from files
+        from .field_append import append_fields
+        return append_fields(src, dst, manifest, keywords, run, started)
     options, _, source_options = split_convert_options(keywords)
     source = open_source(src, source_options, run, onto=manifest)
     try:
@@ -51,29 +54,42 @@ def append_inputs(src: str, dst: str, given: Dict[str, Any], run: RunOptions, st
         notes = [f"{len(already)} inputs already in DST (same key and content) were skipped"] if already else []
         notes += source.summary().get("warnings", [])
         if not len(keep):
-            report = report_for(manifest, dst, started, reused=len(manifest.shards))
-            report.warnings = notes + ["nothing new to append"]
-            return report
+            return append_report(manifest, dst, started, len(manifest.shards), notes + ["nothing new to append"])
         source.restrict(keep, manifest.classes + sorted(set(source.classes) - set(manifest.classes)))
         plan = append_plan(source, options, src, manifest)
         stage = os.path.join(dst, JOURNAL_DIR, APPEND_DIR)
-        journal = Journal(dst)
-        journal.lock()
-        try:
+
+        def stage_and_publish() -> Manifest:
             staged = _staged(stage, plan.fingerprint)
             if staged is None:
                 stage_run = dataclasses.replace(run, append=False, resume=os.path.isdir(stage))
                 _convert_source(source, src, stage, plan, stage_run, started, keywords)
                 staged = load_manifest(stage)
-            combined = _publish(dst, stage, manifest, staged, src, len(already))
-            journal.remove()
-        finally:
-            journal.unlock()
+            return _publish(dst, stage, manifest, staged, src, len(already))
+        combined = under_lock(dst, stage_and_publish)
     finally:
         source.close()
-    report = report_for(combined, dst, started, reused=len(manifest.shards))
-    report.warnings = notes
+    return append_report(combined, dst, started, len(manifest.shards), notes)
+
+
+def append_report(manifest: Manifest, dst: str, started: float, reused: int, warnings: List[str]) -> Any:
+    """The ConvertReport of an append (conversion.py's), with its warnings."""
+    from .conversion import report_for
+    report = report_for(manifest, dst, started, reused=reused)
+    report.warnings = warnings
     return report
+
+
+def under_lock(dst: str, stage_and_publish: Callable[[], Manifest]) -> Manifest:
+    """Stage and publish an append while DST's lock is held; the journal (and stage) removed once published."""
+    journal = Journal(dst)
+    journal.lock()
+    try:
+        combined = stage_and_publish()
+        journal.remove()
+    finally:
+        journal.unlock()
+    return combined
 
 
 def append_plan(source: Any, options: PlanOptions, src: str, manifest: Manifest) -> ConversionPlan:
@@ -150,4 +166,4 @@ def _read(path: Path) -> bytes:
     return path.read_bytes() if path.is_file() else b""
 
 
-__all__ = ["append_inputs", "append_plan"]
+__all__ = ["append_inputs", "append_plan", "append_report", "under_lock"]

@@ -22,7 +22,7 @@ from ..sources.base import ConvertedRun
 from .recorded_options import absolute
 
 #: convert() keywords whose default is not None: given at that default, they were not given.
-_DEFAULTS = {"format": "hdf5", "no_labels": False}
+_DEFAULTS = {"format": "hdf5", "no_labels": False, "sidecars": False}
 
 
 def check_options(given: Dict[str, Any], recorded: Dict[str, Any], dst: str) -> None:

@@ -125,8 +125,8 @@ def fields_dataset(src: str) -> Optional[Manifest]:
 def _convert(src: "str | os.PathLike[str]", dst: "str | os.PathLike[str]", given: Dict[str, Any]) -> ConvertReport:
     exit_if_importing_main()
     stored = fields_dataset(os.fspath(src))
-    if given.get("sidecars") or any(given.get(name) is not None for name in ("image_column", "label_field")) \
-            or stored is not None:
+    if not given.get("append") and (given.get("sidecars") or stored is not None
+                                    or any(given.get(name) is not None for name in ("image_column", "label_field"))):
         from .field_convert import convert_fields   # samples of named fields: writing/field_convert.py
         return convert_fields(os.fspath(src), os.fspath(dst), stored=stored,
                               **{name: value for name, value in given.items() if value is not None})

@@ -23,7 +23,7 @@ from ..sources.base import Skipped
 from ..sources.fields import FieldItem, FieldSource
 from ..units import parse_part
 from .conversion import ConvertReport, refuse_nested
-from .stored_fields import StoredItem, open_stored
+from .stored_fields import StoredFields, StoredItem, open_stored
 from .writer import Writer
 
 #: The convert keywords that apply to every source of named fields (the rest are usage errors) ...
@@ -34,6 +34,10 @@ FILE_OPTIONS = {"image_mode", "resize", "size", "quality", "validate", "sidecars
                 "label_column", "in_flight", "storage_options"}
 #: ... and those of a dataset of named fields copied (its values are copied as stored).
 STORED_OPTIONS = {"compression", "classes", "keys", "fraction", "label_field"}
+#: The options of files that decide a dataset's bytes, recorded in its manifest (source.options) with its
+#: format, order and seed; the part is the manifest's own `part`, and run options are never recorded.
+RECORDED_OPTIONS = ("shard_size", "samples_per_shard", "image_mode", "resize", "size", "quality", "validate",
+                    "sidecars", "label_field", "image_column", "label_column")
 #: Values that mean "not given" (the CLI passes every option, with these for those not given).
 _UNSET: Tuple[Any, ...] = (None, False, [], ())
 _DEFAULTS = {"executor": "local", "on_error": "skip", "validate": "full"}
@@ -77,14 +81,25 @@ def _convert_source(source: FieldSource, src: str, dst: str, format: str, option
                 shard_size=options.get("shard_size"), order="source", part=part,
                 resume=bool(options.get("resume")), overwrite=bool(options.get("overwrite")),
                 source={"kind": source.kind, "path": source.root if is_url(src) else os.path.abspath(src),
-                        "summary": source.summary()},
+                        "summary": source.summary(), **_recorded(source, format, order, seed, options)},
                 recorded_order=recorded) as writer:
         for item in source.scan_skipped:
             writer.skip(item.path, item.reason, at_scan=True)
-        _write_items(source, writer, positions, first + writer.resumed_samples, stop, options)
+        write_items(source, writer, positions, first + writer.resumed_samples, stop, options)
     report: ConvertReport = writer.report
     report.seconds = time.monotonic() - started
     return report
+
+
+def _recorded(source: FieldSource, format: str, order: str, seed: int, options: Dict[str, Any]) -> Dict[str, Any]:
+    """{"options": ...}: the options that decide the bytes, for repair and --append to replay (files only:
+    a copied dataset of fields is repaired or appended to where it was copied from)."""
+    if isinstance(source, StoredFields):
+        return {}
+    given = {name: options.get(name) for name in RECORDED_OPTIONS}
+    recorded = {name: list(value) if isinstance(value, tuple) else value for name, value in given.items()
+                if value not in _UNSET and value != _DEFAULTS.get(name)}
+    return {"options": {**recorded, "format": format, "order": order, "seed": seed}}
 
 
 def part_range(part: Optional[Tuple[int, int]], count: int) -> Tuple[int, int]:
@@ -120,11 +135,14 @@ def open_field_source(src: str, options: Dict[str, Any]) -> FieldSource:
     return SidecarTree(FolderFiles(src), options.get("label_field"), image)
 
 
-def _write_items(source: FieldSource, writer: Writer, positions: Optional[Any], start: int, stop: int,
-                 options: Dict[str, Any]) -> None:
-    """Items start..stop of the order into the writer, read READ_BATCH at a time."""
+def write_items(source: FieldSource, writer: Writer, positions: Optional[Any], start: int, stop: int,
+                options: Dict[str, Any], until: Optional[int] = None) -> None:
+    """Items start..stop of the order into the writer, read READ_BATCH at a time; with `until`, no
+    batch begins once shard `until` is sealed (a repair needs no later shard)."""
     with Progress(stop - start, "convert", quiet=options.get("quiet", True)) as bar:
         for first in range(start, stop, READ_BATCH):
+            if until is not None and writer.sealed > until:
+                return
             batch = range(first, min(first + READ_BATCH, stop))
             for item in source.read_many([position if positions is None else int(positions[position])
                                           for position in batch]):

@@ -9,11 +9,12 @@ EncodedRows: the column's payloads, presence labels, CRC32s and the run's keys.
 from __future__ import annotations
 
 import zlib
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..codecs.fields import ABSENT, PRESENT
+from ..codecs.fields import ABSENT, PRESENT, FieldEncoder
+from ..errors import SampleError
 from ..formats import ShardFormat
 from ..records import Encoded, EncodedRows, Payload, payload_nbytes
 from ..schema import SampleSchema
@@ -64,6 +65,31 @@ def make_record(payloads: Record, key: Optional[str], absent: Optional[Tuple[int
     payloads += list(map(zlib.crc32, payloads))
     payloads += (key, absent, nbytes)
     return payloads
+
+
+def encode_record(encoders: Dict[str, FieldEncoder], sample: Mapping[str, Any], key: str,
+                  sizes: Optional[SampleSizes]) -> Record:
+    """A sample's record, its values encoded by their fields' encoders (the schema's, in order);
+    SampleError naming the key and the field."""
+    if not encoders.keys() >= sample.keys():
+        unknown = next(name for name in sample if name not in encoders)
+        raise SampleError(f"field {unknown!r} is not in the schema ({', '.join(encoders)})", path=f"sample {key!r}")
+    payloads: Record = []
+    absent: Optional[Tuple[int, ...]] = None
+    for name, encoder in encoders.items():
+        value = sample.get(name)
+        try:
+            if value is None:
+                if not encoder.optional:
+                    raise SampleError("is missing (a required field)" if name not in sample else "is None "
+                                      "(a required field)")
+                absent = (absent or ()) + tuple(range(len(payloads), len(payloads) + len(encoder.absent())))
+                payloads += encoder.absent()
+            else:
+                payloads += encoder.encode(value)
+        except SampleError as exc:
+            raise SampleError(f"field {name!r} ({encoder.spec.type}) {exc.problem}", path=f"sample {key!r}") from None
+    return make_record(payloads, key, absent, sizes(payloads, key) if sizes is not None else 0)
 
 
 def stored_record(values: Sequence[Encoded], sizes: Optional[SampleSizes]) -> Record:

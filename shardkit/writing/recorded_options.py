@@ -11,6 +11,8 @@ from ..errors import UsageError
 from ..manifest import Manifest
 from ..options import PlanOptions, option_specs
 
+#: The kinds of the sources of named fields that a dataset's recorded options convert again (field_convert.py).
+FIELD_FILE_KINDS = ("sidecar tree", "table with images")
 #: Plan options that are not recorded: the part is the manifest's own `part` entry.
 _NOT_RECORDED = ("part",)
 
@@ -38,12 +40,17 @@ def absolute(path: str) -> str:
 
 def replay_options(manifest: Manifest, where: str) -> Dict[str, Any]:
     """convert() keywords that rebuild the plan of manifest's dataset (its part included);
-    UsageError for a dataset written before its options were recorded, or by shardkit.Writer."""
+    UsageError for a dataset written before its options were recorded, by shardkit.Writer, or
+    copied from a dataset of named fields."""
     recorded = manifest.source.get("options")
-    if manifest.fields is not None:
-        raise UsageError("a dataset of named fields is written by shardkit.Writer, not converted from SRC: "
-                         "append and repair take converted datasets; write it again (a Writer continues "
-                         "after its sealed shards, docs/fields.md)", path=where)
+    kind = manifest.source.get("kind")
+    if manifest.fields is not None and kind not in FIELD_FILE_KINDS:
+        if kind == "shardkit_dataset":
+            raise UsageError("a dataset of named fields copied from another one (re-sharded or filtered) has no "
+                             "files to replay: append to or repair the dataset it was copied from, then copy it "
+                             "again", path=where)
+        raise UsageError("a dataset of named fields written by shardkit.Writer has no SRC to replay: write it "
+                         "again (a Writer continues after its sealed shards, docs/fields.md)", path=where)
     if not isinstance(recorded, dict):
         raise UsageError("the manifest records no conversion options (written by an older shardkit); "
                          "repair it with `shardkit convert SRC DST --resume` and the options it was "
@@ -54,4 +61,4 @@ def replay_options(manifest: Manifest, where: str) -> Dict[str, Any]:
     return keywords
 
 
-__all__ = ["absolute", "record_options", "replay_options"]
+__all__ = ["FIELD_FILE_KINDS", "absolute", "record_options", "replay_options"]

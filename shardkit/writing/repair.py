@@ -68,7 +68,7 @@ def repair_shards(manifest: Manifest, dst: str, plan: Optional[ConversionPlan], 
         tasks = []
         for number in shards if shards is not None else range(len(manifest.shards)):
             entry = manifest.shards[number]
-            problem = _problem(dst, entry.path, entry.size, entry.sha256)
+            problem = file_problem(dst, entry.path, entry.size, entry.sha256)
             if problem:
                 tasks.append(_planned_task(plan, manifest, number, entry.path, dst))
                 notes.append(f"{entry.path} {problem}; written again")
@@ -101,14 +101,14 @@ def _staged_checked(manifest: Manifest, dst: str, plan: Optional[ConversionPlan]
 def damaged_shards(manifest: Manifest, dst: str) -> List[int]:
     """The numbers of the shards whose file is missing or differs from its record."""
     return [number for number, entry in enumerate(manifest.shards)
-            if _problem(dst, entry.path, entry.size, entry.sha256)]
+            if file_problem(dst, entry.path, entry.size, entry.sha256)]
 
 
 def _repair_table(manifest: Manifest, dst: str, rewrite: bool) -> List[str]:
     """The sample table written again from the shards when a shard was (rewrite) or it is damaged,
     and checked against the manifest's record: the note saying so, if it was damaged."""
     table = manifest.sample_table
-    problem = _problem(dst, table["path"], table["size"], table["sha256"]) if table is not None else ""
+    problem = file_problem(dst, table["path"], table["size"], table["sha256"]) if table is not None else ""
     if not (rewrite or problem):
         return []
     if write_sample_table(dst, manifest) != table:
@@ -120,17 +120,22 @@ def _repair_table(manifest: Manifest, dst: str, rewrite: bool) -> List[str]:
 def _planned_task(plan: Optional[ConversionPlan], manifest: Manifest, number: int, path: str,
                   dst: str) -> ShardTask:
     if plan is None:
-        appended = [append for append in manifest.source.get("appended", [])
-                    if append["first_shard"] <= number < append["first_shard"] + append["shards"]]
-        origin = appended[0]["path"] if appended else manifest.source.get("path")
-        raise UsageError(f"shard {number} ({path}) was appended from {origin}; give that SRC too: "
-                         "`shardkit repair DST --from SRC --from APPENDED_SRC ...`, the conversion's SRC "
-                         "first, then each append's in order", path=dst)
+        raise missing_source(manifest, number, path, dst)
     task = plan.task_of(path)
     if task is None or task.shard != number:
         raise ConversionError(f"SRC plans {len(plan.ranges)} shards, not shard {number} ({path}) as the dataset "
                               "was converted: SRC no longer holds the same inputs; nothing was changed", path=dst)
     return task
+
+
+def missing_source(manifest: Manifest, number: int, path: str, dst: str) -> UsageError:
+    """The error for a damaged shard whose append's SRC was not given."""
+    appended = [append for append in manifest.source.get("appended", [])
+                if append["first_shard"] <= number < append["first_shard"] + append["shards"]]
+    origin = appended[0]["path"] if appended else manifest.source.get("path")
+    return UsageError(f"shard {number} ({path}) was appended from {origin}; give that SRC too: "
+                      "`shardkit repair DST --from SRC --from APPENDED_SRC ...`, the conversion's SRC "
+                      "first, then each append's in order", path=dst)
 
 
 def _stage(ctx: SinkContext, tasks: List[ShardTask], run: RunOptions, latch: SigintLatch) -> List[WrittenShard]:
@@ -167,7 +172,7 @@ def _check_staged(manifest: Manifest, dst: str, plan: ConversionPlan, staged: Li
                                   f"{why}; nothing was changed", path=dst)
 
 
-def _problem(dst: str, path: str, size: int, sha256: Any) -> str:
+def file_problem(dst: str, path: str, size: int, sha256: Any) -> str:
     """What is wrong with the file at DST/path against its record ("" if nothing)."""
     if not (Path(dst) / path).exists():
         return "was missing"
@@ -178,4 +183,4 @@ def _problem(dst: str, path: str, size: int, sha256: Any) -> str:
     return "" if digest == sha256 else "did not match its recorded sha256"
 
 
-__all__ = ["damaged_shards", "finished_dataset", "finished_for", "repair_shards"]
+__all__ = ["damaged_shards", "file_problem", "finished_dataset", "finished_for", "missing_source", "repair_shards"]

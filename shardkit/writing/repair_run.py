@@ -60,6 +60,12 @@ def repair(dst: "str | os.PathLike[str]", src: "str | os.PathLike[str] | Sequenc
     keywords = replay_options(manifest, dst)
     for path in sources:
         refuse_nested(path, dst, keywords.get("labels"))
+    if manifest.fields is not None:                 # a dataset of named fields converted from files
+        from .field_repair import repair_fields
+        run = split_convert_options({"workers": workers, "quiet": quiet})[1]
+        done = repair_fields(manifest, dst, sources, keywords, run)
+        return RepairReport(dst=dst, src=sources[0], num_shards=len(manifest.shards), shards_written=done[0],
+                            seconds=time.monotonic() - started, repaired=done[1], appended_from=sources[1:])
     options, run, source_options = split_convert_options({**keywords, "workers": workers, "quiet": quiet})
     bounds = [0] + [int(append["first_shard"]) for append in appends] + [len(manifest.shards)]
     damaged = damaged_shards(manifest, dst)         # checked again under the lock, by repair_shards

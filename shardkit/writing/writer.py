@@ -17,11 +17,12 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 from ..codecs.fields import FieldEncoder, infer_field
 from ..errors import SampleError, UsageError
 from ..formats import get_format
+from ..manifest import Manifest
 from ..records import Encoded
 from ..schema import FieldSpec, SampleSchema
 from ..units import parse_part, parse_size
 from .commit import CommitPipeline
-from .field_records import Record, SampleSizes, make_record, record_nbytes, stored_record
+from .field_records import Record, SampleSizes, encode_record, record_nbytes, stored_record
 from .field_shard import RECORD_SUFFIX, FieldShard, kept_record, shard_record, shard_stem
 from .journal import claim_destination, remove_stale_temps
 from .shuffle import ShuffleBuffer
@@ -45,7 +46,7 @@ class Writer:
                  order: str = "shuffled", seed: int = 0, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
                  part: "Tuple[int, int] | str | None" = None, key_field: Optional[str] = None,
                  resume: bool = False, overwrite: bool = False, source: Optional[Dict[str, Any]] = None,
-                 recorded_order: Optional[Dict[str, Any]] = None) -> None:
+                 recorded_order: Optional[Dict[str, Any]] = None, onto: Optional[Manifest] = None) -> None:
         self.dst = os.fspath(dst)
         self._started = time.monotonic()
         self.plan = WriterPlan(format=get_format(format).name, samples_per_shard=_positive(samples_per_shard),
@@ -57,6 +58,8 @@ class Writer:
         #: itself: convert's seeded permutation of a tree's items) of their order
         self._source = dict(source or {"kind": "python"})
         self._recorded_order = recorded_order
+        #: the dataset these shards continue (an append, a repair): numbered after its shards, with its identity
+        self._first, self._identity = (len(onto.shards), onto.dataset_id) if onto is not None else (0, None)
         self._journal = claim_destination(self.dst, overwrite=overwrite, resume=resume)
         try:
             self._start(fields_of(fields), resume)
@@ -116,7 +119,7 @@ class Writer:
         files are all intact) and put the shuffle buffer back where it stood after them."""
         assert self._schema is not None
         columns = list(self._columns)
-        number = 0
+        number = self._first
         while True:
             stem = shard_stem(number, self.plan.part_index)
             record = kept_record(self.dst, self._journal, number, stem, columns, self._fmt.extension)
@@ -187,27 +190,7 @@ class Writer:
 
     def _encode(self, sample: Mapping[str, Any], key: str) -> Record:
         """The sample's record (field_records.py); SampleError naming the key and the field."""
-        if not self._encoders.keys() >= sample.keys():
-            unknown = next(name for name in sample if name not in self._encoders)
-            raise SampleError(f"field {unknown!r} is not in the schema ({', '.join(self._encoders)})",
-                              path=f"sample {key!r}")
-        payloads: Record = []
-        absent: Optional[Tuple[int, ...]] = None
-        for name, encoder in self._encoders.items():
-            value = sample.get(name)
-            try:
-                if value is None:
-                    if not encoder.optional:
-                        raise SampleError("is missing (a required field)" if name not in sample else "is None "
-                                          "(a required field)")
-                    absent = (absent or ()) + tuple(range(len(payloads), len(payloads) + len(encoder.absent())))
-                    payloads += encoder.absent()
-                else:
-                    payloads += encoder.encode(value)
-            except SampleError as exc:
-                raise SampleError(f"field {name!r} ({encoder.spec.type}) {exc.problem}",
-                                  path=f"sample {key!r}") from None
-        return make_record(payloads, key, absent, self._sizes(payloads, key) if self._sizes is not None else 0)
+        return encode_record(self._encoders, sample, key, self._sizes)
 
     def _push(self, item: Any) -> None:
         leaving = self.buffer.push(item)
@@ -229,13 +212,20 @@ class Writer:
         if self.plan.samples_per_shard is not None and shard.count >= self.plan.samples_per_shard:
             self._seal()
 
+    @property
+    def sealed(self) -> int:
+        """The number after the last shard sealed (kept, committed or being committed)."""
+        return self._first + len(self._kept) + len(self._records) + len(self._committing)
+
     def _open_shard(self) -> FieldShard:
         if self._shard is None:
-            number = len(self._kept) + len(self._records) + len(self._committing)
-            self._shard = FieldShard(self.dst, self._fmt, self._columns, number,
-                                     shard_stem(number, self.plan.part_index), self.plan.dataset_id(self._schema),
+            self._shard = FieldShard(self.dst, self._fmt, self._columns, self.sealed,
+                                     shard_stem(self.sealed, self.plan.part_index), self._dataset_id(),
                                      self._fmt.writer_options())
         return self._shard
+
+    def _dataset_id(self) -> str:
+        return self._identity or self.plan.dataset_id(self._schema)
 
     def _seal(self) -> None:
         """Close the open shard's files and hand them to the commit threads."""
@@ -284,7 +274,7 @@ class Writer:
                                                              for item in record["skipped"]]
             self.report = finish_dataset(Finished(self.dst, self._fmt, self._schema, self.plan, records,
                                                   skipped, self.created, self._source, len(self._kept),
-                                                  self._started, self._recorded_order))
+                                                  self._started, self._recorded_order, self._dataset_id()))
             self._journal.remove()
         finally:
             self._pipeline.__exit__(None, None, None)

@@ -33,6 +33,8 @@ class Finished:
     started: float
     #: the order to record when the caller ordered the samples itself (None: the Writer's own)
     order: Optional[Dict[str, Any]] = None
+    #: the identity stamped into the files (None: the plan's own)
+    dataset_id: Optional[str] = None
 
 
 def field_files(records: List[Dict[str, Any]], columns: List[str], first: int = 0) -> FieldFiles:
@@ -92,4 +94,4 @@ def dataset_manifest(run: Finished, files: FieldFiles) -> Manifest:
                     source={**run.source, "summary": summary, "fingerprint": run.plan.fingerprint(run.schema)},
                     format_options=run.fmt.default_options(first_schema, int(units.sizes.sum())),
                     created=run.created, shardkit_version=__version__, part=part, order=order,
-                    dataset_id=run.plan.dataset_id(run.schema))
+                    dataset_id=run.dataset_id or run.plan.dataset_id(run.schema))

@@ -118,7 +118,7 @@ def test_a_manifest_without_recorded_options_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["repair", "append"])
 def test_a_dataset_written_by_the_writer_is_refused_for_what_it_is(tmp_path: Path, command: str) -> None:
-    """A dataset of named fields records no conversion to replay: repair and --append say so, and
+    """A dataset of named fields written by shardkit.Writer has no conversion to replay: repair and --append say so, and
     DST is untouched."""
     src = tmp_path / "src"
     make_tiny_tree(src, 6)
@@ -130,7 +130,7 @@ def test_a_dataset_written_by_the_writer_is_refused_for_what_it_is(tmp_path: Pat
     assert result.returncode == 2
     assert_no_traceback(result)
     [line] = error_lines(result)
-    assert line.startswith(f"error: {dst}: a dataset of named fields is written by shardkit.Writer"), line
+    assert line.startswith(f"error: {dst}: a dataset of named fields written by shardkit.Writer has no SRC"), line
     assert tree_bytes(dst) == before
 
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 import shardkit
 from shardkit.cli import main
 from shardkit.codecs import fields as field_codec
-from shardkit.writing import writer as writer_module
+from shardkit.writing import field_records as records_module
 
 from .conftest import png_bytes
 
@@ -108,14 +108,14 @@ def test_deep_checks_every_stored_value_against_its_field(tmp_path: Path, monkey
 
 
 def test_deep_finds_a_required_field_stored_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    original = writer_module.make_record
+    original = records_module.make_record
     caption = list(FIELDS).index("caption")     # the column of the caption (image has one column)
 
     def absent_caption(payloads: List[Any], key: Any, absent: Any, nbytes: int) -> Any:
         if payloads[caption] == b"c3":          # stored with the label of an absent value
             absent = (absent or ()) + (caption,)
         return original(payloads, key, absent, nbytes)
-    monkeypatch.setattr(writer_module, "make_record", absent_caption)
+    monkeypatch.setattr(records_module, "make_record", absent_caption)
     dst = write(tmp_path / "ds")
     monkeypatch.undo()
     problems = shardkit.verify(str(dst), mode="deep").problems

@@ -36,7 +36,7 @@ LAYERS = {
     "ops.field_checks": 3,
     "writing.writer_plan": 4, "writing.writer_finish": 4, "writing.writer": 4, "ops.field_merge": 4,
     "read.fields_dataset": 4, "read.field_collate": 4, "writing.field_convert": 4,
-    "writing.stored_fields": 4,
+    "writing.stored_fields": 4, "writing.field_replay": 4, "writing.field_repair": 4, "writing.field_append": 4,
 }
 
 

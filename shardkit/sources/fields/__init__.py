@@ -50,6 +50,10 @@ class FieldSource(abc.ABC):
     def read(self, index: int) -> Union[FieldItem, Skipped]:
         """Item `index` read as a sample, or why it cannot be one."""
 
+    def key(self, index: int) -> str:
+        """Item `index`'s key, without reading it (the sources of files know it from their scan)."""
+        raise NotImplementedError(f"a {self.kind} does not name its items before reading them")
+
     def read_many(self, indices: Sequence[int]) -> List[Union[FieldItem, Skipped]]:
         """Items read as samples, in the order asked (a source may read them together)."""
         return [self.read(index) for index in indices]

@@ -104,6 +104,9 @@ class SidecarTree(FieldSource):
     def __len__(self) -> int:
         return len(self.keys)
 
+    def key(self, index: int) -> str:
+        return self.keys[index]
+
     def read(self, index: int) -> Union[FieldItem, Skipped]:
         return self.read_many([index])[0]
 

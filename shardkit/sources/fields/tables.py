@@ -105,8 +105,11 @@ class TableImages(FieldSource):
     def __len__(self) -> int:
         return int(self.table.num_rows)
 
+    def key(self, index: int) -> str:
+        return f"{os.path.basename(self.path)}:{index + 1}"
+
     def read(self, index: int) -> Union[FieldItem, Skipped]:
-        key = f"{os.path.basename(self.path)}:{index + 1}"
+        key = self.key(index)
         row = self.table.slice(index, 1).to_pylist()[0]
         sample: Dict[str, Any] = {}
         total = 0
