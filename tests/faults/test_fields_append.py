@@ -1,0 +1,84 @@
+"""Faults around `convert NEW_SRC DST --append` and `repair` of a dataset of named fields converted
+from a sidecar tree: kill -9 at fixed points of an append, and a SRC that changed under a repair."""
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+from pathlib import Path
+from typing import Dict, Tuple
+
+import pytest
+
+import shardkit
+from tests.fields.conftest import png_bytes
+from tests.fields.test_sources import sidecar_tree
+
+from .helpers import EPOCH, assert_no_traceback, error_lines, run_cli, tree_bytes
+
+
+def _trees(tmp_path: Path) -> Tuple[Path, Path]:
+    """SRC (10 samples) and NEW_SRC: SRC's files again and 6 new samples."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    sidecar_tree(old, 10)
+    shutil.copytree(old, new)
+    (new / "c").mkdir()
+    for number in range(6):
+        (new / "c" / f"{number:04d}.png").write_bytes(png_bytes(700 + number))
+        (new / "c" / f"{number:04d}.txt").write_bytes(f"new caption {number}".encode())
+        (new / "c" / f"{number:04d}.cls").write_bytes(b"emu")
+    return old, new
+
+
+def _converted(old: Path, dst: Path) -> None:
+    shardkit.convert(old, dst, sidecars=True, label_field="cls", samples_per_shard=4)
+
+
+def _appended_reference(old: Path, new: Path, where: Path) -> Dict[str, bytes]:
+    _converted(old, where)
+    assert run_cli("convert", new, where, "--append", "--quiet", env_extra=EPOCH).returncode == 0
+    return tree_bytes(where)
+
+
+@pytest.mark.parametrize("point", ["shard-written", "append-publish"])
+def test_kill_9_during_a_fields_append_keeps_the_old_dataset_and_a_rerun_finishes_it(
+        tmp_path: Path, point: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH["SOURCE_DATE_EPOCH"])
+    old, new = _trees(tmp_path)
+    expected = _appended_reference(old, new, tmp_path / "reference")
+    dst = tmp_path / "dst"
+    _converted(old, dst)
+    before = tree_bytes(dst)
+    key = str(dst / ".shardkit" / "append" / "shards" / "shard-00004.png.h5") if point == "shard-written" \
+        else str(dst)
+    marker = tmp_path / "killed"
+    killed = run_cli("convert", new, dst, "--append", "--quiet",
+                     env_extra={**EPOCH, "SHARDKIT_TEST_KILL_AT": f"{point}:{key}:{marker}"})
+    assert killed.returncode == -signal.SIGKILL and marker.exists()
+    assert {name: data for name, data in tree_bytes(dst, skip=(".shardkit",)).items() if name in before} == before
+    assert json.loads((dst / "manifest.json").read_bytes()) == json.loads(before["manifest.json"])
+    assert len(shardkit.open_dataset(dst)) == 10
+    if point == "shard-written":
+        assert shardkit.verify(dst).ok                       # nothing of the append is in the dataset yet
+    rerun = run_cli("convert", new, dst, "--append", "--quiet", env_extra=EPOCH)
+    assert rerun.returncode == 0, rerun.stderr
+    assert tree_bytes(dst) == expected                      # as an uninterrupted append: byte for byte
+    assert len(shardkit.open_dataset(dst)) == 16
+
+
+def test_cli_repair_of_fields_from_a_changed_src_exits_1_in_one_line(tmp_path: Path) -> None:
+    old, _ = _trees(tmp_path)
+    dst = tmp_path / "dst"
+    _converted(old, dst)
+    ds = shardkit.open_dataset(dst)
+    key = ds.key(ds.manifest.shards[2].first_index)
+    for path in (dst / "shards").glob("shard-00002.*"):
+        path.unlink()
+    before = tree_bytes(dst)
+    (old / f"{key}.txt").write_bytes(b"edited since")
+    result = run_cli("repair", dst, "--from", old)
+    assert result.returncode == 1
+    assert_no_traceback(result)
+    [line] = error_lines(result)
+    assert "shard 2 (shards/shard-00002." in line and repr(key) in line and "nothing was changed" in line, line
+    assert tree_bytes(dst) == before
