@@ -170,3 +170,24 @@ def make_tiny_tree(root: Path, count: int, seed: int = 0, classes: int = 3) -> L
         (folder / f"{number:05d}{ext}").write_bytes(buffer.getvalue())
         written.append(f"class{number % classes}/{number:05d}{ext}")
     return written
+
+
+def kill_append_and_rerun(new: Path, dst: Path, point: str, key: str, marker: Path, expected: Dict[str, bytes],
+                          old_samples: int) -> None:
+    """`convert NEW DST --append` killed (SIGKILL) at a fault point: DST's old files and manifest are as
+    they were and the old dataset reads (and verifies, when nothing was moved in yet); rerunning the
+    append gives `expected`, the files of an uninterrupted append, byte for byte."""
+    import signal
+    import shardkit
+    before = tree_bytes(dst)
+    killed = run_cli("convert", new, dst, "--append", "--quiet",
+                     env_extra={**EPOCH, "SHARDKIT_TEST_KILL_AT": f"{point}:{key}:{marker}"})
+    assert killed.returncode == -signal.SIGKILL and marker.exists()
+    assert {name: data for name, data in tree_bytes(dst, skip=(".shardkit",)).items() if name in before} == before
+    assert json.loads((dst / "manifest.json").read_bytes()) == json.loads(before["manifest.json"])
+    assert len(shardkit.open_dataset(dst)) == old_samples
+    if point == "shard-written":
+        assert shardkit.verify(dst).ok                       # nothing of the append is in the dataset yet
+    rerun = run_cli("convert", new, dst, "--append", "--quiet", env_extra=EPOCH)
+    assert rerun.returncode == 0, rerun.stderr
+    assert tree_bytes(dst) == expected                      # as an uninterrupted append: byte for byte

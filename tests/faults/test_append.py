@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +23,8 @@ import pytest
 import shardkit
 from shardkit.errors import ConversionError
 
-from .helpers import EPOCH, REPO, assert_no_traceback, error_lines, make_tiny_tree, run_cli, tree_bytes, wait_for
+from .helpers import (EPOCH, REPO, assert_no_traceback, error_lines, kill_append_and_rerun, make_tiny_tree, run_cli,
+                      tree_bytes, wait_for)
 
 
 def _trees(tmp_path: Path) -> "tuple[Path, Path]":
@@ -152,20 +152,8 @@ def test_kill_9_during_append_keeps_the_old_dataset_and_a_rerun_finishes_it(
     expected = _appended_reference(old, new, tmp_path / "reference")
     dst = tmp_path / "dst"
     shardkit.convert(old, dst, samples_per_shard=2, workers=1)
-    before = tree_bytes(dst)
     key = str(dst / ".shardkit" / "append" / "shards" / "shard-00007.h5") if point == "shard-written" else str(dst)
-    marker = tmp_path / "killed"
-    killed = run_cli("convert", new, dst, "--append", "--quiet",
-                     env_extra={**EPOCH, "SHARDKIT_TEST_KILL_AT": f"{point}:{key}:{marker}"})
-    assert killed.returncode == -signal.SIGKILL and marker.exists()
-    assert {name: data for name, data in tree_bytes(dst, skip=(".shardkit",)).items() if name in before} == before
-    assert json.loads((dst / "manifest.json").read_bytes()) == json.loads(before["manifest.json"])
-    assert len(shardkit.open_dataset(dst)) == 12
-    if point == "shard-written":
-        assert shardkit.verify(dst).ok                       # nothing of the append is in the dataset yet
-    rerun = run_cli("convert", new, dst, "--append", "--quiet", env_extra=EPOCH)
-    assert rerun.returncode == 0, rerun.stderr
-    assert tree_bytes(dst) == expected                      # as an uninterrupted append: byte for byte
+    kill_append_and_rerun(new, dst, point, key, tmp_path / "killed", expected, old_samples=12)
 
 
 def test_repair_after_append_rebuilds_old_and_appended_shards_from_their_srcs(tmp_path: Path) -> None:

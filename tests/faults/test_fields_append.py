@@ -2,9 +2,7 @@
 from a sidecar tree: kill -9 at fixed points of an append, and a SRC that changed under a repair."""
 from __future__ import annotations
 
-import json
 import shutil
-import signal
 from pathlib import Path
 from typing import Dict, Tuple
 
@@ -14,7 +12,7 @@ import shardkit
 from tests.fields.conftest import png_bytes
 from tests.fields.test_sources import sidecar_tree
 
-from .helpers import EPOCH, assert_no_traceback, error_lines, run_cli, tree_bytes
+from .helpers import EPOCH, assert_no_traceback, error_lines, kill_append_and_rerun, run_cli, tree_bytes
 
 
 def _trees(tmp_path: Path) -> Tuple[Path, Path]:
@@ -48,21 +46,9 @@ def test_kill_9_during_a_fields_append_keeps_the_old_dataset_and_a_rerun_finishe
     expected = _appended_reference(old, new, tmp_path / "reference")
     dst = tmp_path / "dst"
     _converted(old, dst)
-    before = tree_bytes(dst)
     key = str(dst / ".shardkit" / "append" / "shards" / "shard-00004.png.h5") if point == "shard-written" \
         else str(dst)
-    marker = tmp_path / "killed"
-    killed = run_cli("convert", new, dst, "--append", "--quiet",
-                     env_extra={**EPOCH, "SHARDKIT_TEST_KILL_AT": f"{point}:{key}:{marker}"})
-    assert killed.returncode == -signal.SIGKILL and marker.exists()
-    assert {name: data for name, data in tree_bytes(dst, skip=(".shardkit",)).items() if name in before} == before
-    assert json.loads((dst / "manifest.json").read_bytes()) == json.loads(before["manifest.json"])
-    assert len(shardkit.open_dataset(dst)) == 10
-    if point == "shard-written":
-        assert shardkit.verify(dst).ok                       # nothing of the append is in the dataset yet
-    rerun = run_cli("convert", new, dst, "--append", "--quiet", env_extra=EPOCH)
-    assert rerun.returncode == 0, rerun.stderr
-    assert tree_bytes(dst) == expected                      # as an uninterrupted append: byte for byte
+    kill_append_and_rerun(new, dst, point, key, tmp_path / "killed", expected, old_samples=10)
     assert len(shardkit.open_dataset(dst)) == 16
 
 
