@@ -7,7 +7,6 @@ the repair is refused naming the shard, with DST as it was."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
@@ -33,29 +32,27 @@ Damage = Dict[int, Dict[str, str]]
 def repair_fields(manifest: Manifest, dst: str, sources: Sequence[str], keywords: Dict[str, Any],
                   run: RunOptions) -> Tuple[int, List[str]]:
     """(shards written again, one line per file written again) of a dataset of fields; the lock is
-    held throughout and the staging folder removed at the end, whatever happens."""
+    held throughout, and the session removes the journal folder (the staging folder in it) at the end,
+    whatever happens."""
     assert manifest.fields is not None
     with ConversionSession(dst, run, complete=True) as session:
         remove_stale_temps(dst)
         damage = _damage(manifest, dst)
-        stage = Path(dst) / JOURNAL_DIR / REPAIR_DIR
-        try:
-            rebuilt: List[Tuple[Path, Path]] = []
-            appends = manifest.source.get("appended", [])
-            bounds = [0] + [int(append["first_shard"]) for append in appends] + [len(manifest.shards)]
-            for group in range(len(bounds) - 1):
-                shards = sorted(number for number in damage if bounds[group] <= number < bounds[group + 1])
-                if shards:
-                    rebuilt += _rebuilt(manifest, dst, sources, group, bounds[group], shards, damage,
-                                        keywords, stage / str(group), run)
-            for tmp, final in rebuilt:
-                kill_point("repair-replace", final.name)     # tests only: killed between two renames
-                durable_replace(tmp, final)
-            notes = [f"{manifest.fields.columns[column][number].path} {problem}; written again"
-                     for number in sorted(damage) for column, problem in damage[number].items()]
-            notes += _repair_tables(manifest, dst)
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
+        stage = Path(dst) / JOURNAL_DIR / REPAIR_DIR      # removed with the journal when the session ends
+        rebuilt: List[Tuple[Path, Path]] = []
+        appends = manifest.source.get("appended", [])
+        bounds = [0] + [int(append["first_shard"]) for append in appends] + [len(manifest.shards)]
+        for group in range(len(bounds) - 1):
+            shards = sorted(number for number in damage if bounds[group] <= number < bounds[group + 1])
+            if shards:
+                rebuilt += _rebuilt(manifest, dst, sources, group, bounds[group], shards, damage,
+                                    keywords, stage / str(group), run)
+        for tmp, final in rebuilt:
+            kill_point("repair-replace", final.name)     # tests only: killed between two renames
+            durable_replace(tmp, final)
+        notes = [f"{manifest.fields.columns[column][number].path} {problem}; written again"
+                 for number in sorted(damage) for column, problem in damage[number].items()]
+        notes += _repair_tables(manifest, dst)
         session.latch.check()
         session.journal.remove()
     return len(damage), notes

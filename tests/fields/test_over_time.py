@@ -138,6 +138,9 @@ def test_append_adds_new_samples_keeps_old_bytes_and_skips_what_dst_holds(tmp_pa
     assert {name: digest for name, digest in digests(dst).items() if name in old_digests} == old_digests
     manifest = json.loads((dst / "manifest.json").read_text())
     assert manifest["shards"][:len(old_manifest["shards"])] == old_manifest["shards"]
+    for table in old_manifest.get("sample_tables", {}).values():     # a reader of the old manifest keeps its tables
+        assert hashlib.sha256((dst / table["path"]).read_bytes()).hexdigest() == table["sha256"]
+    assert set(manifest.get("sample_tables", {})) == set(old_manifest.get("sample_tables", {}))
     assert ds.classes[:len(old.classes)] == old.classes and ds.classes[len(old.classes):] == [
         "zebra" if kind == "sidecars" else "w"]
     assert [(ds.key(index), ds[index]) for index in range(len(old))] == old_samples    # labels never change
