@@ -42,7 +42,8 @@ def append_inputs(src: str, dst: str, given: Dict[str, Any], run: RunOptions, st
     check_options(given, keywords, dst)
     if manifest.fields is not None:             # a dataset of named fields converted from files
         from .field_append import append_fields
-        return append_fields(src, dst, manifest, keywords, run, started)
+        reach = {name: given[name] for name in ("storage_options", "in_flight") if given.get(name) is not None}
+        return append_fields(src, dst, manifest, {**keywords, **reach}, run, started)
     options, _, source_options = split_convert_options(keywords)
     source = open_source(src, source_options, run, onto=manifest)
     try:

@@ -30,6 +30,7 @@ from ..schema import SampleSchema
 from ..sources.fields import FieldItem, FieldSource
 from .append import append_report, under_lock
 from .append_inputs import ExistingSample, dataset_keys
+from .conversion import shown_source
 from .field_convert import READ_BATCH
 from .field_records import encode_record
 from .field_replay import item_keys, new_positions, open_replayed, write_replay
@@ -56,7 +57,7 @@ def append_fields(src: str, dst: str, manifest: Manifest, keywords: Dict[str, An
         def stage_and_publish() -> Manifest:
             staged = _finished_stage(stage, fingerprint) or write_replay(
                 source, stage, positions, keywords, schema, manifest, quiet=run.quiet,
-                record={"kind": source.kind, "path": os.path.abspath(src), "summary": source.summary(),
+                record={"kind": source.kind, "path": shown_source(src), "summary": source.summary(),
                         "append_fingerprint": fingerprint})
             assert staged is not None
             return _publish(dst, stage, manifest, staged, src, len(already))
@@ -141,7 +142,7 @@ def _fingerprint(manifest: Manifest, src: str, source: FieldSource, positions: n
                  schema: SampleSchema) -> str:
     """What the staged append is of: the dataset (its manifest), NEW_SRC and the items chosen, the schema."""
     keys = item_keys(source)
-    record = {"onto": manifest.to_dict()["manifest_sha256"], "src": os.path.abspath(src),
+    record = {"onto": manifest.to_dict()["manifest_sha256"], "src": shown_source(src),
               "items": [keys[item] for item in positions.tolist()], "schema": schema.to_dict()}
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
@@ -198,7 +199,7 @@ def _combined(old: Manifest, staged: Manifest, src: str, already: int) -> Manife
     for name in ("converted", "skipped"):
         summary[name] = int(summary.get(name, 0)) + int(added.get(name, 0))
     history: List[Dict[str, Any]] = list(old.source.get("appended", []))
-    history.append({"path": os.path.abspath(src), "fingerprint": staged.source.get("append_fingerprint"),
+    history.append({"path": shown_source(src), "fingerprint": staged.source.get("append_fingerprint"),
                     "first_shard": len(old.shards), "shards": len(staged.shards), "samples": staged.num_samples,
                     "already_in_dst": already, "skipped": int(added.get("skipped", 0)), "appended": creation_time()})
     source = {**old.source, "summary": summary, "appended": history}

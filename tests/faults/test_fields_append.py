@@ -66,5 +66,5 @@ def test_cli_repair_of_fields_from_a_changed_src_exits_1_in_one_line(tmp_path: P
     assert result.returncode == 1
     assert_no_traceback(result)
     [line] = error_lines(result)
-    assert "shard 2 (shards/shard-00002." in line and repr(key) in line and "nothing was changed" in line, line
+    assert "shard 2 (shards/shard-00002." in line and repr(key) in line and "left as they were" in line, line
     assert tree_bytes(dst) == before

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import tarfile
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -108,6 +109,26 @@ def test_repair_refuses_a_src_that_changed_and_leaves_dst_as_it_was(tmp_path: Pa
     assert everything(dst) == before
 
 
+def test_repair_of_a_part_of_a_merged_dataset_of_parts_and_of_a_tar_of_sidecars(tmp_path: Path) -> None:
+    sidecar_tree(tmp_path / "src", 20)
+    options = {"sidecars": True, "samples_per_shard": 3}
+    for index in (0, 1):
+        shardkit.convert(tmp_path / "src", tmp_path / f"p{index}", part=f"{index}/2", format="pt", **options)
+    shardkit.merge([str(tmp_path / "p0"), str(tmp_path / "p1")], str(tmp_path / "merged"))
+    with tarfile.open(tmp_path / "src.tar", "w") as tar:
+        for path in sorted((tmp_path / "src").rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(tmp_path / "src")), recursive=False)
+    shardkit.convert(tmp_path / "src.tar", tmp_path / "tar", **options)
+    for name, src, lost in (("p1", "src", "part-00001-shard-00002"), ("merged", "src", "part-00000-shard-00001"),
+                            ("merged", "src", "part-00001-shard-00003"), ("tar", "src.tar", "shard-00004")):
+        dst = tmp_path / name
+        original = digests(dst)
+        for path in (dst / "shards").glob(f"{lost}.*"):
+            path.unlink()
+        assert shardkit.repair(dst, tmp_path / src).shards_written == 1
+        assert digests(dst) == original
+
+
 def new_inputs(tmp_path: Path, kind: str, count: int) -> Path:
     """NEW_SRC: SRC's inputs again (unchanged) and 5 new ones, one of a new class."""
     if kind == "sidecars":
@@ -156,6 +177,7 @@ def test_append_adds_new_samples_keeps_old_bytes_and_skips_what_dst_holds(tmp_pa
     with pytest.raises(UsageError, match="was appended from"):
         shardkit.repair(dst, src)
     after_append = digests(dst)
+    shard_files(dst, 1)[0].unlink()                     # and an old one: keys of the shards before the append
     shardkit.repair(dst, [src, new])
     assert digests(dst) == {**after_append, **{Path(item["path"]).name: item["sha256"]
                                                for item in appended[0]["files"].values()}}
