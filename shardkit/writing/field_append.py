@@ -70,7 +70,7 @@ def append_fields(src: str, dst: str, manifest: Manifest, keywords: Dict[str, An
 def grown_schema(old: SampleSchema, new: Tuple[Any, ...], src: str) -> SampleSchema:
     """The dataset's schema with the classes NEW_SRC adds to a label field after its own (sorted as
     a conversion sorts them); UsageError naming a field NEW_SRC has that the dataset has not, or
-    holds as another type."""
+    holds as another type, or a required field of the dataset that NEW_SRC has not at all."""
     mine = {spec.name: spec for spec in old.fields}
     fields = []
     for spec in new:
@@ -78,6 +78,11 @@ def grown_schema(old: SampleSchema, new: Tuple[Any, ...], src: str) -> SampleSch
             was = f"a {mine[spec.name].type} field" if spec.name in mine else "not a field"
             raise UsageError(f"field {spec.name!r} ({spec.type}) is {was} of the dataset "
                              f"({', '.join(mine)}); an append takes inputs of the dataset's fields", path=src)
+    names = {other.name for other in new}
+    missing = [spec.name for spec in old.fields if not spec.optional and spec.name not in names]
+    if missing:
+        raise UsageError(f"has no {missing[0]!r} field, which every sample of the dataset holds; an append takes "
+                         "inputs of the dataset's fields", path=src)
     for spec in old.fields:
         grown = [name for name in next((other.classes or () for other in new if other.name == spec.name), ())
                  if name not in (spec.classes or ())]

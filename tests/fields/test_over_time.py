@@ -207,6 +207,9 @@ def test_append_refuses_inputs_of_other_fields_and_options(tmp_path: Path) -> No
         shardkit.convert(new, dst, append=True)
     with pytest.raises(UsageError, match="--samples-per-shard 5 conflicts with the dataset"):
         shardkit.convert(new, dst, append=True, samples_per_shard=5)
+    (new / "d" / "0001.note").unlink()
+    with pytest.raises(UsageError, match="has no 'txt' field, which every sample of the dataset holds"):
+        shardkit.convert(new, dst, append=True)
     assert everything(dst) == before
 
 
