@@ -5,7 +5,8 @@ append), with the dataset's options, identity, seed and the next shard numbers, 
 is held; an interrupted append resumes there. Publishing renames them into shards/, writes a
 sample table under a new name (a reader of the old manifest keeps the old table) and, last, the
 new manifest. Old shards, the old manifest and the old table are never written, so until the
-manifest is replaced every reader sees the old dataset, and afterwards the whole one."""
+manifest is replaced every reader sees the old dataset, and afterwards the whole one. Tables of
+earlier appends (named by neither manifest) are then removed."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,14 +14,15 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Set
 
 from ..errors import ConversionError, UsageError
+from ..field_files import is_table_name
 from ..integrity import atomic_write_bytes, fsync_path, hash_shard_file
 from ..manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, ShardTable, load_manifest
 from ..options import PlanOptions, RunOptions, split_convert_options
 from ..runtime.fault_points import kill_point
-from ..sample_table import table_name
+from ..sample_table import TABLE_NAMES, table_name
 from ..sources import open_source
 from .append_inputs import check_options, new_items
 from .conversion_plan import ConversionPlan, plan_conversion
@@ -136,7 +138,25 @@ def _publish(dst: str, stage: str, old: Manifest, staged: Manifest, src: str, al
         combined.sample_table = joined_sample_table(dst, name, parts) or write_sample_table(dst, combined, name)
     atomic_write_bytes(Path(dst) / SKIPPED_NAME, _read(Path(dst) / SKIPPED_NAME) + _read(Path(stage) / SKIPPED_NAME))
     combined.save(dst)
+    drop_older_tables(dst, old, combined)
     return combined
+
+
+def drop_older_tables(dst: str, old: Manifest, new: Manifest) -> None:
+    """Remove the sample tables of DST that neither the new manifest nor the one before it names:
+    those of earlier appends, which would otherwise pile up (12 bytes a sample each). A reader maps
+    its table as it opens the dataset (the map outlives the file), so a reader of an older manifest
+    keeps reading its samples; only its targets(), which reads the file again, would find it gone."""
+    kept = table_paths(old) | table_paths(new)
+    for name in os.listdir(dst):
+        if name not in kept and (TABLE_NAMES.match(name) or is_table_name(name)):
+            os.unlink(os.path.join(dst, name))
+
+
+def table_paths(manifest: Manifest) -> Set[str]:
+    """The file names of the sample tables a manifest names (its own, or its columns')."""
+    entries = [manifest.sample_table] if manifest.fields is None else list(manifest.fields.sample_tables.values())
+    return {entry["path"] for entry in entries if entry is not None}
 
 
 def _combined(old: Manifest, staged: Manifest, src: str, already: int) -> Manifest:
@@ -167,4 +187,4 @@ def _read(path: Path) -> bytes:
     return path.read_bytes() if path.is_file() else b""
 
 
-__all__ = ["append_inputs", "append_plan", "append_report", "under_lock"]
+__all__ = ["append_inputs", "append_plan", "append_report", "drop_older_tables", "under_lock"]

@@ -28,7 +28,7 @@ from ..options import RunOptions
 from ..runtime.fault_points import kill_point
 from ..schema import SampleSchema
 from ..sources.fields import FieldItem, FieldSource
-from .append import append_report, under_lock
+from .append import append_report, drop_older_tables, under_lock
 from .append_inputs import ExistingSample, dataset_keys
 from .conversion import shown_source
 from .field_convert import READ_BATCH
@@ -188,6 +188,7 @@ def _publish(dst: str, stage: Path, old: Manifest, staged: Manifest, src: str, a
     skipped = [Path(dst) / SKIPPED_NAME, stage / SKIPPED_NAME]
     atomic_write_bytes(skipped[0], b"".join(path.read_bytes() for path in skipped if path.is_file()))
     combined.save(dst)
+    drop_older_tables(dst, old, combined)
     return combined
 
 

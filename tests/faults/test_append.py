@@ -204,3 +204,31 @@ def test_append_needs_a_finished_dataset(tmp_path: Path) -> None:
     result = run_cli("convert", new, tmp_path / "nothing", "--append")
     assert result.returncode == 2 and len(error_lines(result)) == 1
     assert_no_traceback(result)
+
+
+def test_each_append_keeps_its_table_and_the_one_before_and_drops_older_ones(tmp_path: Path) -> None:
+    """DST holds no more sample tables than the current manifest and the one before it name, and a
+    reader that opened and read the dataset before two appends keeps reading its samples (its table
+    is mapped; only a new read of all its labels, targets(), would look for the file again)."""
+    old, new = _trees(tmp_path)
+    make_tiny_tree(tmp_path / "third-drawn", 4, seed=31, classes=2)
+    third = tmp_path / "third"
+    for number, source in enumerate(sorted((tmp_path / "third-drawn").rglob("*.*"))):
+        (third / "class0").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, third / "class0" / f"third{number}{source.suffix}")
+    dst = tmp_path / "dst"
+    shardkit.convert(old, dst, samples_per_shard=4, workers=1)
+
+    def tables() -> List[str]:
+        return sorted(path.name for path in dst.glob("sample_table*"))
+    first = shardkit.open_dataset(dst, decode=None)
+    expected = [(first.key(i), first[i][1]) for i in range(len(first))]
+    assert tables() == ["sample_table.bin"]
+    shardkit.convert(new, dst, append=True, workers=1)
+    assert tables() == ["sample_table-18.bin", "sample_table.bin"]     # the reader of the old manifest keeps its own
+    shardkit.convert(third, dst, append=True, workers=1)
+    assert tables() == ["sample_table-18.bin", "sample_table-22.bin"]
+    assert json.loads((dst / "manifest.json").read_text())["sample_table"]["path"] == "sample_table-22.bin"
+    assert [(first.key(i), first[i][1]) for i in range(len(first))] == expected
+    first.close()
+    assert shardkit.verify(dst, mode="full").ok and len(shardkit.open_dataset(dst)) == 22
