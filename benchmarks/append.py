@@ -8,12 +8,17 @@ each timed in this process, interleaved, medians of --repeat runs:
   * append: `convert NEW_SRC DST --append` on a fresh copy of DST (the copy is not timed).
 Both with the same --workers and the default options (passthrough, full validation, hdf5).
 
+With --sidecars the inputs are samples of named fields instead: a tree of --images stems, each
+a 64x64 PNG, a caption (.txt) and a class (.cls) sharing the stem, converted with `--sidecars
+--label-field cls`; NEW holds --share of that many new stems.
+
 With --tables ROWS the inputs are tables instead: OLD is one CSV of ROWS rows (numbers, a category
 column, class labels), NEW a second CSV of --share of that many rows (with new categories and a
 new class), ALL a folder of both; DST is converted from OLD with --label-column label.
 
     PYTHONPATH=. python benchmarks/append.py --images 20000 --repeat 3
     PYTHONPATH=. python benchmarks/append.py --tables 1000000 --repeat 3
+    PYTHONPATH=. python benchmarks/append.py --sidecars --images 10000 --repeat 3
 """
 from __future__ import annotations
 
@@ -47,6 +52,31 @@ def make_trees(work: str, images: int, share: float) -> Dict[str, str]:
                 os.makedirs(os.path.dirname(os.path.join(union, rel)), exist_ok=True)
                 os.link(os.path.join(folder, name), os.path.join(union, rel))
     return {"old": old, "new": new, "all": union}
+
+
+def make_sidecars(work: str, stems: int, share: float) -> Dict[str, str]:
+    """OLD, NEW (other stems) and ALL (both, hard-linked) sidecar trees under work: each stem a PNG,
+    a caption and a class file."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+    folders = {name: os.path.join(work, name) for name in ("old", "new", "all")}
+    rng = np.random.default_rng(0)
+    for name, numbers in (("old", range(stems)), ("new", range(stems, stems + max(1, int(stems * share))))):
+        for number in numbers:
+            group = f"g{number % 10}"
+            out = io.BytesIO()
+            Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(out, "PNG")
+            for folder in (folders[name], folders["all"]):
+                os.makedirs(os.path.join(folder, group), exist_ok=True)
+            files = {".png": out.getvalue(), ".txt": f"caption {number}".encode(), ".cls": "abc"[number % 3].encode()}
+            for suffix, data in files.items():
+                path = os.path.join(folders[name], group, f"{number:06d}{suffix}")
+                with open(path, "wb") as handle:
+                    handle.write(data)
+                os.link(path, os.path.join(folders["all"], group, f"{number:06d}{suffix}"))
+    return folders
 
 
 def make_tables(work: str, rows: int, share: float) -> Dict[str, str]:
@@ -83,16 +113,21 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2", help="worker counts to compare at, comma-separated")
     parser.add_argument("--work", default=None, help="folder for the trees and datasets (default: a temporary one)")
     parser.add_argument("--tables", type=int, default=None, metavar="ROWS", help="tables of ROWS rows, not images")
+    parser.add_argument("--sidecars", action="store_true", help="samples of named fields (a sidecar tree), not images")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="shardkit-append-", dir=args.work)
     try:
         count = args.tables if args.tables is not None else args.images
-        trees = make_tables(work, count, args.share) if args.tables is not None else \
-            make_trees(work, args.images, args.share)
-        options: Dict[str, Any] = {"label_column": "label"} if args.tables is not None else {}
+        options: Dict[str, Any] = {}
+        if args.tables is not None:
+            trees, options = make_tables(work, count, args.share), {"label_column": "label"}
+        elif args.sidecars:
+            trees, options = make_sidecars(work, count, args.share), {"sidecars": True, "label_field": "cls"}
+        else:
+            trees = make_trees(work, args.images, args.share)
         base = os.path.join(work, "base")
         shardkit.convert(trees["old"], base, quiet=True, **options)
-        what = "table rows" if args.tables is not None else "images"
+        what = "table rows" if args.tables is not None else "samples of fields" if args.sidecars else "images"
         print(f"{count} {what}, {int(count * args.share)} new; medians of {args.repeat} runs\n")
         print("| workers | contender | samples after | seconds (median) | ratio to full reconversion |")
         print("|---|---|---|---|---|")
