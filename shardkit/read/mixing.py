@@ -22,11 +22,10 @@ from ..errors import UsageError
 from ..order import seed_key, seeded_permutation, splitmix64
 from .epochs import EpochSampler, replica_and_rank
 from .indices import sample_index, sample_indices
+from .tagging import SOURCE_KEY, tagged
 
 #: Mixed into every seed of this module, so a mixture's orders differ from a sampler's with the same seed.
 _MIX = 0x4D49_58ED
-#: The key added to a dict sample (as_dict datasets): the number of the source it came from.
-SOURCE_KEY = "__source__"
 
 
 class MixedDataset(torch.utils.data.Dataset):
@@ -177,15 +176,6 @@ class MixedSampler(EpochSampler):
         first, second = clash[:swaps], spare[:swaps]
         order[first], order[second] = order[second], order[first].copy()
         return order
-
-
-def tagged(sample: Any, source: int) -> Any:
-    """A source's sample with its source number added (see MixedDataset)."""
-    if isinstance(sample, tuple):
-        return (*sample, source)
-    if isinstance(sample, dict):
-        return {**sample, SOURCE_KEY: source}
-    return (sample, source)
 
 
 def epoch_counts(lengths: np.ndarray, weights: np.ndarray, num_samples: Optional[int],

@@ -185,6 +185,8 @@ def test_a_batch_records_each_samples_source_through_default_collate(two_dataset
     got = 0
     for images, labels, source in loader:
         assert images.shape == (len(source), 3, 8, 8) and source.dtype == torch.int64
+        # one storage for labels and sources: the worker sent them through its pipe as one descriptor
+        assert labels.untyped_storage().data_ptr() == source.untyped_storage().data_ptr()
         for image, label, number in zip(images, labels.tolist(), source.tolist()):
             expected_source, index = order[got]
             image_there, label_there = sources[expected_source][index]     # each source's own transform
@@ -193,6 +195,35 @@ def test_a_batch_records_each_samples_source_through_default_collate(two_dataset
             assert (label >= 100) == (number == 1)
             got += 1
     assert got == 64
+
+
+@pytest.mark.parametrize("samples", [
+    [(torch.ones(2), 3), (torch.zeros(2), 4)],                  # int labels: one storage with the sources
+    [(torch.ones(2), True), (torch.zeros(2), False)],           # bools stay bools
+    [(torch.ones(2), 0.5), (torch.zeros(2), 1)],                # floats stay float64
+    [(torch.ones(2), torch.tensor(1)), (torch.zeros(2), torch.tensor(2))],
+    [(7,), (8,)],                                               # unlabeled ints: one storage too
+    [(torch.ones(2),), (torch.zeros(2),)],
+    [("a", 1, "k0"), ("b", 2, "k1")],                           # return_key: the key sits before the source
+])
+def test_tagged_samples_collate_as_torchs_default_collate_does(samples: list) -> None:
+    from torch.utils.data import default_collate
+    from shardkit.read.tagging import tagged
+    got = default_collate([tagged(sample, number) for number, sample in enumerate(samples)])
+    expected = default_collate([(*sample, number) for number, sample in enumerate(samples)])
+    assert type(got) is type(expected) and len(got) == len(expected)
+    for mine, torchs in zip(got, expected):
+        assert type(mine) is type(torchs)
+        if isinstance(torchs, torch.Tensor):
+            assert mine.dtype == torchs.dtype and torch.equal(mine, torchs)
+        else:
+            assert mine == torchs
+    labels, sources = got[-2:]
+    shared = isinstance(labels, torch.Tensor) and \
+        labels.untyped_storage().data_ptr() == sources.untyped_storage().data_ptr()
+    assert shared == all(type(sample[-1]) is int for sample in samples)
+    with pytest.raises(RuntimeError, match="equal size"):
+        default_collate([tagged((torch.ones(2), 1), 0), tagged(5, 1)])          # a labeled and an unlabeled source
 
 
 def test_stateful_dataloader_resumes_a_mixed_epoch_exactly(two_datasets: Dict[str, Path]) -> None:

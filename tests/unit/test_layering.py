@@ -15,7 +15,7 @@ LAYERS = {
     "integrity": 1, "manifest": 1, "codecs": 1, "samples": 1, "shard_table": 1, "sample_table": 1,
     "options": 1, "option_types": 1,
     "writing.plan": 1, "writing.journal": 1, "writing.skip_log": 1, "read.indices": 1, "read.shared_buffers": 1,
-    "read.budget": 1,
+    "read.budget": 1, "read.tagging": 1,
     "runtime.progress": 1, "runtime.interrupt": 1, "runtime.workers": 1, "runtime.isolation": 1, "runtime.forks": 1,
     "runtime.fault_points": 1,
     "remote.location": 1, "remote.retry": 1, "remote.transfer": 2, "remote.cache_folder": 2, "remote.cache": 3,
