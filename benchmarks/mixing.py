@@ -9,7 +9,7 @@ shared machine). The shares are counted from the source tensor of every batch.
 
 --kind images (default): 64x64 JPEGs (passthrough) decoded to tensors, the usual training read.
 --kind table: 16 float32 features a row, about the cheapest sample there is, where what a mixture
-adds per batch (one more tensor, the source numbers, through torch's worker pipe) shows most.
+adds (its epoch order, the tagging, three datasets read instead of one) shows most.
 
     PYTHONPATH=. python benchmarks/mixing.py --kind images --repeat 3
     PYTHONPATH=. python benchmarks/mixing.py --kind table --repeat 5 --sharing-strategy file_system
