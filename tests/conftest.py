@@ -4,6 +4,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -114,3 +116,15 @@ def cache_held_by_another_thread(ds: Any) -> Iterator[None]:
     finally:
         release.set()
         holder.join()
+
+
+def assert_imports_no_numpy_module(setup: str, action: str) -> None:
+    """Run setup, then action, in a fresh interpreter and fail if action imported a numpy module:
+    one a DataLoader worker's first batch imports (numpy.ma, which np.unique imports on first use:
+    60-190 ms) is imported again in every worker forked before the parent imported it, every epoch."""
+    script = (f"import sys\n{setup}\nlazy = {{name for name in sys.modules if name.startswith('numpy.')}}\n"
+              f"{action}\nadded = {{name for name in sys.modules if name.startswith('numpy.')}} - lazy\n"
+              "assert not added, sorted(added)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -21,7 +21,7 @@ import torch.utils.data
 from ..errors import UsageError
 from ..order import seed_key, seeded_permutation, splitmix64
 from .epochs import EpochSampler, replica_and_rank
-from .indices import sample_index, sample_indices
+from .indices import distinct, sample_index, sample_indices
 from .tagging import SOURCE_KEY, tagged
 
 #: Mixed into every seed of this module, so a mixture's orders differ from a sampler's with the same seed.
@@ -96,7 +96,7 @@ class MixedDataset(torch.utils.data.Dataset):
         wanted = sample_indices(indices, int(self.offsets[-1]))
         sources = np.searchsorted(self.offsets, wanted, side="right") - 1
         out: List[Any] = [None] * len(wanted)
-        for source in np.unique(sources).tolist():
+        for source in distinct(sources).tolist():
             positions = np.flatnonzero(sources == source)
             dataset = self.datasets[source]
             local = (wanted[positions] - self.offsets[source]).tolist()
