@@ -36,7 +36,9 @@ def seed_key(seed: Union[int, Sequence[int]]) -> int:
 
 def seeded_permutation(count: int, seed: Union[int, Sequence[int]]) -> np.ndarray:
     """A permutation of range(count) (int64) determined by seed alone: items sorted by
-    splitmix64(seed_key(seed) + i), ties (never seen in practice) by i."""
+    splitmix64(seed_key(seed) + i). splitmix64 is a bijection of the uint64s (an addition, xor-shifts
+    and multiplications by odd numbers), so the keys are distinct and any sort gives the stable
+    argsort's order; numpy's default one takes 0.6x its time."""
     with np.errstate(over="ignore"):
         keys = splitmix64(np.arange(count, dtype=np.uint64) + np.uint64(seed_key(seed)))
-    return np.argsort(keys, kind="stable").astype(np.int64, copy=False)
+    return np.argsort(keys).astype(np.int64, copy=False)
