@@ -224,6 +224,8 @@ def test_tagged_samples_collate_as_torchs_default_collate_does(samples: list) ->
     shared = isinstance(labels, torch.Tensor) and \
         labels.untyped_storage().data_ptr() == sources.untyped_storage().data_ptr()
     assert shared == all(type(sample[-1]) is int for sample in samples)
+    with pytest.raises(ValueError, match="Overflow"):                          # as torch's: a label beyond int64
+        default_collate([tagged((torch.ones(2), 2 ** 70), 0)])
     with pytest.raises(RuntimeError, match="equal size"):
         default_collate([tagged((torch.ones(2), 1), 0), tagged(5, 1)])          # a labeled and an unlabeled source
 
