@@ -47,3 +47,9 @@ def test_append_benchmark_of_tables_ends_with_the_same_rows(tmp_path: Path) -> N
     out = _run("append.py", "--tables", "200", "--repeat", "1", "--workers", "1", "--work", str(tmp_path))
     rows = re.findall(r"^\| 1 \| (full reconversion|append) \| (\d+) \|", out, re.M)
     assert rows == [("full reconversion", "220"), ("append", "220")]
+
+
+def test_append_benchmark_of_sidecars_ends_with_the_same_samples(tmp_path: Path) -> None:
+    out = _run("append.py", "--sidecars", "--images", "60", "--repeat", "1", "--workers", "1", "--work", str(tmp_path))
+    rows = re.findall(r"^\| 1 \| (full reconversion|append) \| (\d+) \|", out, re.M)
+    assert rows == [("full reconversion", "66"), ("append", "66")]
