@@ -56,8 +56,8 @@ def test_cli_repair_of_fields_from_a_changed_src_exits_1_in_one_line(tmp_path: P
     old, _ = _trees(tmp_path)
     dst = tmp_path / "dst"
     _converted(old, dst)
-    ds = shardkit.open_dataset(dst)
-    key = ds.key(ds.manifest.shards[2].first_index)
+    with shardkit.open_dataset(dst) as ds:
+        key = ds.key(ds.manifest.shards[2].first_index)
     for path in (dst / "shards").glob("shard-00002.*"):
         path.unlink()
     before = tree_bytes(dst)

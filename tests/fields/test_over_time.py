@@ -98,8 +98,8 @@ def test_repair_writes_a_deleted_and_a_flipped_shard_again_byte_identical(tmp_pa
 @pytest.mark.parametrize("kind", ["sidecars", "table"])
 def test_repair_refuses_a_src_that_changed_and_leaves_dst_as_it_was(tmp_path: Path, kind: str) -> None:
     src, dst, _ = converted(tmp_path, kind, "hdf5")
-    ds = shardkit.open_dataset(dst)
-    key = ds.key(ds.manifest.shards[1].first_index)
+    with shardkit.open_dataset(dst) as ds:
+        key = ds.key(ds.manifest.shards[1].first_index)
     shard_files(dst, 1)[0].unlink()
     before = everything(dst)
     change_input(src, kind, key)
@@ -151,6 +151,7 @@ def test_append_adds_new_samples_keeps_old_bytes_and_skips_what_dst_holds(tmp_pa
     old_digests, old_manifest = digests(dst), json.loads((dst / "manifest.json").read_text())
     old = shardkit.open_dataset(dst, decode=None)
     old_samples = [(old.key(index), old[index]) for index in range(len(old))]
+    old.close()                     # its manifest (classes, length) is still read below
     new = new_inputs(tmp_path, kind, 14)
     report = shardkit.convert(new, dst, append=True)
     assert report.warnings == ["14 inputs already in DST (same key and content) were skipped"]
@@ -168,6 +169,7 @@ def test_append_adds_new_samples_keeps_old_bytes_and_skips_what_dst_holds(tmp_pa
     fresh = sorted(ds.key(index) for index in range(len(old), len(ds)))
     assert fresh == ([f"c/{number:04d}" for number in range(5)] if kind == "sidecars"
                      else [f"labels.csv:{row}" for row in range(15, 20)])
+    ds.close()
     assert shardkit.verify(dst, mode="deep").ok
     again = shardkit.convert(new, dst, append=True)
     assert "nothing new to append" in again.warnings and len(shardkit.open_dataset(dst)) == 19
@@ -187,7 +189,8 @@ def test_append_adds_new_samples_keeps_old_bytes_and_skips_what_dst_holds(tmp_pa
 def test_append_refuses_an_input_dst_holds_with_other_content(tmp_path: Path, kind: str) -> None:
     _, dst, _ = converted(tmp_path, kind, "hdf5")
     new = new_inputs(tmp_path, kind, 14)
-    key = shardkit.open_dataset(dst).key(5)
+    with shardkit.open_dataset(dst) as ds:
+        key = ds.key(5)
     change_input(new, kind, key)
     before = everything(dst)
     with pytest.raises(ConversionError, match=f"'{key}' is already in DST .* with other content"):
