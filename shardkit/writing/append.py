@@ -14,7 +14,7 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Set
+from typing import Any, Callable, Dict, Iterable, List, Set, Tuple
 
 from ..errors import ConversionError, UsageError
 from ..field_files import is_table_name
@@ -123,23 +123,34 @@ def _staged(stage: str, fingerprint: str) -> "Manifest | None":
 def _publish(dst: str, stage: str, old: Manifest, staged: Manifest, src: str, already: int) -> Manifest:
     """Move the staged shards into shards/ and write the dataset's new sample table, skipped list and,
     last, manifest."""
-    for entry in staged.shards:
-        final, moved = Path(dst) / entry.path, Path(stage) / entry.path
-        if moved.exists():
-            os.replace(moved, final)
-        elif hash_shard_file(final, dst, entry.size) != entry.sha256:
-            raise ConversionError("a staged shard of the append is gone; run the append again", path=str(final))
-    fsync_path(Path(dst) / "shards")
+    move_staged(dst, stage, ((entry.path, entry.size, entry.sha256) for entry in staged.shards))
     combined = _combined(old, staged, src, already)
     kill_point("append-publish", dst)           # tests only: killed with the shards moved, no manifest yet
     if old.sample_table is not None or staged.sample_table is not None:
         name = table_name(combined.num_samples)
         parts = [(dst, old.sample_table), (stage, staged.sample_table)]
         combined.sample_table = joined_sample_table(dst, name, parts) or write_sample_table(dst, combined, name)
-    atomic_write_bytes(Path(dst) / SKIPPED_NAME, _read(Path(dst) / SKIPPED_NAME) + _read(Path(stage) / SKIPPED_NAME))
+    join_skipped(dst, stage)
     combined.save(dst)
     drop_older_tables(dst, old, combined)
     return combined
+
+
+def move_staged(dst: str, stage: str, files: Iterable[Tuple[str, int, str]]) -> None:
+    """Rename the staged files (path, size, sha256) into DST's shards/ and fsync the folder; a file
+    moved already (an append killed while publishing) must still hash to its record."""
+    for path, size, sha256 in files:
+        final, moved = Path(dst) / path, Path(stage) / path
+        if moved.exists():
+            os.replace(moved, final)
+        elif hash_shard_file(final, dst, size) != sha256:
+            raise ConversionError("a staged file of the append is gone; run the append again", path=str(final))
+    fsync_path(Path(dst) / "shards")
+
+
+def join_skipped(dst: str, stage: str) -> None:
+    """DST's skipped.jsonl followed by the staged append's, written atomically."""
+    atomic_write_bytes(Path(dst) / SKIPPED_NAME, _read(Path(dst) / SKIPPED_NAME) + _read(Path(stage) / SKIPPED_NAME))
 
 
 def drop_older_tables(dst: str, old: Manifest, new: Manifest) -> None:
@@ -187,4 +198,5 @@ def _read(path: Path) -> bytes:
     return path.read_bytes() if path.is_file() else b""
 
 
-__all__ = ["append_inputs", "append_plan", "append_report", "drop_older_tables", "under_lock"]
+__all__ = ["append_inputs", "append_plan", "append_report", "drop_older_tables", "join_skipped", "move_staged",
+           "under_lock"]

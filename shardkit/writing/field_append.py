@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -22,13 +21,12 @@ from ..field_files import FieldFiles, table_name
 from ..field_views import column_views
 from ..formats import get_format
 from ..formats.checked import open_checked, recorded_options
-from ..integrity import atomic_write_bytes, fsync_path, hash_shard_file
-from ..manifest import MANIFEST_NAME, SKIPPED_NAME, Manifest, ShardEntry, ShardTable, load_manifest
+from ..manifest import MANIFEST_NAME, Manifest, ShardEntry, ShardTable, load_manifest
 from ..options import RunOptions
 from ..runtime.fault_points import kill_point
 from ..schema import SampleSchema
 from ..sources.fields import FieldItem, FieldSource
-from .append import append_report, drop_older_tables, under_lock
+from .append import append_report, drop_older_tables, join_skipped, move_staged, under_lock
 from .append_inputs import ExistingSample, dataset_keys
 from .conversion import shown_source
 from .field_convert import READ_BATCH
@@ -46,12 +44,13 @@ def append_fields(src: str, dst: str, manifest: Manifest, keywords: Dict[str, An
     try:
         schema = grown_schema(manifest.schema, source.fields, src)
         held = dataset_keys(next(iter(column_views(manifest).values())), dst)
-        already = _already_in_dst(source, held, manifest, dst, schema, src)
+        keys = item_keys(source)
+        already = _already_in_dst(source, keys, held, manifest, dst, schema, src)
         notes = [f"{len(already)} inputs already in DST (same key and content) were skipped"] if already else []
-        positions = new_positions(source, set(held), keywords)
+        positions = new_positions(keys, set(held), keywords)
         if not len(positions):
             return append_report(manifest, dst, started, len(manifest.shards), notes + ["nothing new to append"])
-        fingerprint = _fingerprint(manifest, src, source, positions, schema)
+        fingerprint = _fingerprint(manifest, src, keys, positions, schema)
         stage = Path(dst) / JOURNAL_DIR / APPEND_DIR
 
         def stage_and_publish() -> Manifest:
@@ -90,11 +89,11 @@ def grown_schema(old: SampleSchema, new: Tuple[Any, ...], src: str) -> SampleSch
     return SampleSchema.of_fields(fields)
 
 
-def _already_in_dst(source: FieldSource, held: Dict[str, ExistingSample], manifest: Manifest, dst: str,
-                    schema: SampleSchema, src: str) -> List[str]:
-    """The keys of NEW_SRC's items that the dataset holds with the same content (every column's stored
-    value is the one the item encodes to); ConversionError naming the first it holds with other content."""
-    keys = item_keys(source)
+def _already_in_dst(source: FieldSource, keys: List[str], held: Dict[str, ExistingSample], manifest: Manifest,
+                    dst: str, schema: SampleSchema, src: str) -> List[str]:
+    """The keys of NEW_SRC's items (keys: every item's) that the dataset holds with the same content (every
+    column's stored value is the one the item encodes to); ConversionError naming the first it holds with other
+    content."""
     candidates = [item for item, key in enumerate(keys) if key in held]
     if not candidates:
         return []
@@ -143,10 +142,8 @@ def _bytes(payload: Any) -> bytes:
     return payload.tobytes() if isinstance(payload, np.ndarray) else bytes(payload)
 
 
-def _fingerprint(manifest: Manifest, src: str, source: FieldSource, positions: np.ndarray,
-                 schema: SampleSchema) -> str:
+def _fingerprint(manifest: Manifest, src: str, keys: List[str], positions: np.ndarray, schema: SampleSchema) -> str:
     """What the staged append is of: the dataset (its manifest), NEW_SRC and the items chosen, the schema."""
-    keys = item_keys(source)
     record = {"onto": manifest.to_dict()["manifest_sha256"], "src": shown_source(src),
               "items": [keys[item] for item in positions.tolist()], "schema": schema.to_dict()}
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
@@ -165,14 +162,8 @@ def _publish(dst: str, stage: Path, old: Manifest, staged: Manifest, src: str, a
     """Move the staged files into shards/, then write each column's new sample table, skipped.jsonl and,
     last, the manifest."""
     assert staged.fields is not None and old.fields is not None
-    for path, size, sha256 in ((entry.path, entry.size, entry.sha256) for table in staged.fields.columns.values()
-                               for entry in table):
-        final, moved = Path(dst) / path, stage / path
-        if moved.exists():
-            os.replace(moved, final)
-        elif hash_shard_file(final, dst, size) != sha256:
-            raise ConversionError("a staged file of the append is gone; run the append again", path=str(final))
-    fsync_path(Path(dst) / "shards")
+    move_staged(dst, str(stage), ((entry.path, entry.size, entry.sha256)
+                                  for table in staged.fields.columns.values() for entry in table))
     combined = _combined(old, staged, src, already)
     kill_point("append-publish", dst)           # tests only: killed with the files moved, no manifest yet
     tables = {}
@@ -185,8 +176,7 @@ def _publish(dst: str, stage: Path, old: Manifest, staged: Manifest, src: str, a
                 tables[column] = entry
     assert combined.fields is not None
     combined.fields.sample_tables = tables
-    skipped = [Path(dst) / SKIPPED_NAME, stage / SKIPPED_NAME]
-    atomic_write_bytes(skipped[0], b"".join(path.read_bytes() for path in skipped if path.is_file()))
+    join_skipped(dst, str(stage))
     combined.save(dst)
     drop_older_tables(dst, old, combined)
     return combined

@@ -21,7 +21,7 @@ from ..integrity import durable_replace, hash_file
 from ..manifest import Manifest, ShardTable
 from ..options import RunOptions
 from ..runtime.fault_points import kill_point
-from .field_replay import converted_positions, keys_of, new_positions, open_replayed, write_replay
+from .field_replay import converted_positions, item_keys, keys_of, new_positions, open_replayed, write_replay
 from .journal import JOURNAL_DIR, remove_stale_temps
 from .repair import file_problem, missing_source
 from .repair_diagnosis import describe_difference
@@ -114,7 +114,7 @@ def _rebuilt(manifest: Manifest, dst: str, sources: Sequence[str], replay: Repla
     replayed = {**keywords, "part": replay.part}
     try:
         positions = converted_positions(source, replayed) if replay.group == 0 else \
-            new_positions(source, keys_of(manifest, dst, replay.first), replayed)
+            new_positions(item_keys(source), keys_of(manifest, dst, replay.first), replayed)
         onto = dataclasses.replace(manifest, shards=ShardTable.from_entries(list(manifest.shards)[:replay.after]))
         write_replay(source, stage, positions, replayed, manifest.schema, onto,
                      until=shards[-1] - replay.first + replay.after, quiet=run.quiet)

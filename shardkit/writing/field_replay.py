@@ -41,10 +41,9 @@ def keys_of(manifest: Manifest, dst: str, shards: Optional[int] = None) -> Set[s
     return set(dataset_keys(view, dst))
 
 
-def new_positions(source: FieldSource, held: Set[str], keywords: Dict[str, Any]) -> np.ndarray:
-    """The items of an append whose key the dataset does not hold, in the order they are written:
-    a seeded permutation of them (the dataset's seed) when its order is shuffled."""
-    keys = item_keys(source)
+def new_positions(keys: List[str], held: Set[str], keywords: Dict[str, Any]) -> np.ndarray:
+    """The items of an append (keys: every item's, item_keys) whose key the dataset does not hold, in
+    the order they are written: a seeded permutation of them (the dataset's seed) when its order is shuffled."""
     kept = np.array([item for item, key in enumerate(keys) if key not in held], dtype=np.int64)
     return kept[seeded_permutation(len(kept), int(keywords["seed"]))] if keywords["order"] == "shuffled" else kept
 
