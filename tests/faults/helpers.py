@@ -172,13 +172,20 @@ def make_tiny_tree(root: Path, count: int, seed: int = 0, classes: int = 3) -> L
     return written
 
 
-def kill_append_and_rerun(new: Path, dst: Path, point: str, key: str, marker: Path, expected: Dict[str, bytes],
-                          old_samples: int) -> None:
-    """`convert NEW DST --append` killed (SIGKILL) at a fault point: DST's old files and manifest are as
+def kill_append_and_rerun(convert_old: Callable[[Path], Any], new: Path, work: Path, point: str, staged_shard: str,
+                          old_samples: int) -> Path:
+    """`convert NEW DST --append` killed (SIGKILL) at a fault point (at "shard-written": once the append's
+    staged_shard is written), DST made by convert_old(DST) in work: DST's old files and manifest are as
     they were and the old dataset reads (and verifies, when nothing was moved in yet); rerunning the
-    append gives `expected`, the files of an uninterrupted append, byte for byte."""
+    append gives the files of an uninterrupted append (convert_old, then the append), byte for byte. DST."""
     import signal
     import shardkit
+    reference, dst, marker = work / "reference", work / "dst", work / "killed"
+    convert_old(reference)
+    assert run_cli("convert", new, reference, "--append", "--quiet", env_extra=EPOCH).returncode == 0
+    expected = tree_bytes(reference)
+    convert_old(dst)
+    key = str(dst / ".shardkit" / "append" / "shards" / staged_shard) if point == "shard-written" else str(dst)
     before = tree_bytes(dst)
     killed = run_cli("convert", new, dst, "--append", "--quiet",
                      env_extra={**EPOCH, "SHARDKIT_TEST_KILL_AT": f"{point}:{key}:{marker}"})
@@ -191,3 +198,4 @@ def kill_append_and_rerun(new: Path, dst: Path, point: str, key: str, marker: Pa
     rerun = run_cli("convert", new, dst, "--append", "--quiet", env_extra=EPOCH)
     assert rerun.returncode == 0, rerun.stderr
     assert tree_bytes(dst) == expected                      # as an uninterrupted append: byte for byte
+    return dst

@@ -138,22 +138,13 @@ def test_a_reader_of_the_old_manifest_keeps_the_old_dataset(tmp_path: Path) -> N
     assert len(shardkit.open_dataset(dst)) == len(expected) + 6        # a new reader sees both
 
 
-def _appended_reference(old: Path, new: Path, where: Path) -> Dict[str, bytes]:
-    shardkit.convert(old, where, samples_per_shard=2, workers=1)
-    assert run_cli("convert", new, where, "--append", "--quiet", env_extra=EPOCH).returncode == 0
-    return tree_bytes(where)
-
-
 @pytest.mark.parametrize("point", ["shard-written", "append-publish"])
 def test_kill_9_during_append_keeps_the_old_dataset_and_a_rerun_finishes_it(
         tmp_path: Path, point: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH["SOURCE_DATE_EPOCH"])
     old, new = _trees(tmp_path)
-    expected = _appended_reference(old, new, tmp_path / "reference")
-    dst = tmp_path / "dst"
-    shardkit.convert(old, dst, samples_per_shard=2, workers=1)
-    key = str(dst / ".shardkit" / "append" / "shards" / "shard-00007.h5") if point == "shard-written" else str(dst)
-    kill_append_and_rerun(new, dst, point, key, tmp_path / "killed", expected, old_samples=12)
+    kill_append_and_rerun(lambda dst: shardkit.convert(old, dst, samples_per_shard=2, workers=1), new, tmp_path, point,
+                          "shard-00007.h5", old_samples=12)
 
 
 def test_repair_after_append_rebuilds_old_and_appended_shards_from_their_srcs(tmp_path: Path) -> None:

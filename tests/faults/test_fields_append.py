@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Tuple
 
 import pytest
 
@@ -32,23 +32,13 @@ def _converted(old: Path, dst: Path) -> None:
     shardkit.convert(old, dst, sidecars=True, label_field="cls", samples_per_shard=4)
 
 
-def _appended_reference(old: Path, new: Path, where: Path) -> Dict[str, bytes]:
-    _converted(old, where)
-    assert run_cli("convert", new, where, "--append", "--quiet", env_extra=EPOCH).returncode == 0
-    return tree_bytes(where)
-
-
 @pytest.mark.parametrize("point", ["shard-written", "append-publish"])
 def test_kill_9_during_a_fields_append_keeps_the_old_dataset_and_a_rerun_finishes_it(
         tmp_path: Path, point: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH["SOURCE_DATE_EPOCH"])
     old, new = _trees(tmp_path)
-    expected = _appended_reference(old, new, tmp_path / "reference")
-    dst = tmp_path / "dst"
-    _converted(old, dst)
-    key = str(dst / ".shardkit" / "append" / "shards" / "shard-00004.png.h5") if point == "shard-written" \
-        else str(dst)
-    kill_append_and_rerun(new, dst, point, key, tmp_path / "killed", expected, old_samples=10)
+    dst = kill_append_and_rerun(lambda dst: _converted(old, dst), new, tmp_path, point, "shard-00004.png.h5",
+                                old_samples=10)
     assert len(shardkit.open_dataset(dst)) == 16
 
 
