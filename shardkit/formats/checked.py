@@ -216,9 +216,30 @@ class CheckedShards:
         """Where the shard open at fd (open_file) keeps its fixed-shape rows (ShardFormat.locate),
         once the format's record passed its own checks and its identity, count, labels and CRC32s
         match the dataset's; None where the format does not locate them (read through a reader)."""
+        return self.locate_many([shard], [fd])[0]
+
+    def locate_many(self, shards: Sequence[int], fds: Sequence[int]) -> List[Optional[FileRows]]:
+        """locate for several shards (each open at its fd), with the same checks; the CRC32s of every
+        small shard's rows are computed in one pass over all of them (a batch's or prepare's shards:
+        about 1 us a shard instead of 10). CorruptShardError for the first shard found damaged."""
         table = self.table()
         if table is None:
-            return None
+            return [None] * len(shards)
+        found = [self._located(shard, fd, table) for shard, fd in zip(shards, fds)]
+        small = [k for k, one in enumerate(found) if one is not None and one[1] is not None]
+        widths = {found[k][0].row_dtype.itemsize for k in small}    # type: ignore[index]
+        if len(widths) == 1:
+            data = np.concatenate([found[k][1] for k in small])     # type: ignore[index]
+            crcs = np.concatenate([found[k][2] for k in small])     # type: ignore[index]
+            if row_crc32(data).tobytes() == crcs.tobytes():
+                return [None if one is None else one[0] for one in found]
+        return [None if one is None or (one[1] is not None and not _rows_match(one[1], one[2])) else one[0]
+                for one in found]
+
+    def _located(self, shard: int, fd: int, table: SampleTable) -> "Optional[tuple[FileRows, Any, Any]]":
+        """(the shard's rows, their bytes as a (rows, width) uint8 array when small enough to check
+        at open, else None, and their little-endian CRC32s) once every check but the rows' own
+        CRC32s passed; None where the format does not locate them."""
         path, name = self.where(shard)
         size = int(self.manifest.shards.sizes[shard])
         try:
@@ -235,22 +256,27 @@ class CheckedShards:
         view = location.view if location.view is not None else FileView(fd, size, b"")
         labels = np.frombuffer(_read_range(view, location.labels, path), dtype="<i8")
         crcs = np.frombuffer(_read_range(view, location.crcs, path), dtype=location.crc_dtype)
-        start = int(self._starts[shard])
-        problem = shard_mismatch((labels, crcs), table.labels, table.crcs, start)
+        problem = shard_mismatch((labels, crcs), table.labels, table.crcs, int(self._starts[shard]))
         if problem:
             raise CorruptShardError(f"{problem} ({table.path}); run shardkit verify", path=path, shard=name)
         rows = location.rows
         nbytes = rows.row_count * rows.row_dtype.itemsize
-        if nbytes <= CHECKED_ROWS_BYTES:     # cheap here: the rows must be the ones their CRC32s describe
-            data = np.frombuffer(_read_range(view, (rows.offset, nbytes), path), np.uint8).reshape(rows.row_count, -1)
-            if row_crc32(data).tobytes() != np.asarray(crcs, "<u4").tobytes():     # as shard_mismatch compares
-                return None         # read through a reader, which names a damaged row when reads are checked
-        return rows
+        if nbytes > CHECKED_ROWS_BYTES:
+            return rows, None, None
+        # cheap here: the rows must be the ones their CRC32s describe
+        data = np.frombuffer(_read_range(view, (rows.offset, nbytes), path), np.uint8).reshape(rows.row_count, -1)
+        return rows, data, np.asarray(crcs, "<u4")      # as shard_mismatch compares
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state["_table"] = state["_folder"] = None       # maps and descriptors never cross processes
         return state
+
+
+def _rows_match(data: np.ndarray, crcs: np.ndarray) -> bool:
+    """Whether each row's zlib.crc32 is its CRC32; a row that fails is read through the shard's
+    reader, which names it when reads are checked."""
+    return row_crc32(data).tobytes() == crcs.tobytes()
 
 
 def _read_range(view: FileView, where: "tuple[int, int]", path: str) -> "bytes | memoryview":

@@ -26,7 +26,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -43,6 +43,8 @@ from .watch import EVERYTHING, FileWatch
 
 #: A shard whose rows are not located in its file (read through a reader): its entry in `_rows`.
 NOT_ROWS = object()
+#: Shards whose rows open_rows checks together at most (their descriptors are open meanwhile).
+OPEN_TOGETHER = 256
 #: Readers of a parent that a forked child must neither use nor close: kept alive here.
 _INHERITED: List[ShardReader] = []
 
@@ -73,6 +75,7 @@ class ShardCache:
         self._arena_rows: Any = None
         #: Whether rows may still go to an arena: every shard fits the budget, and none failed.
         self._arena_open = bool(max_rows) and count <= min(capacity, process_budget())
+        self._placed = 0        # shards placed in the arena
         # a remote dataset's cached files never change: named by content, renamed in once checked
         self._watch = FileWatch(shards.root, ["", SHARDS_DIR] if shards.files is None else [])
         #: The sample table's file name (a field's own in a dataset of fields)
@@ -195,6 +198,39 @@ class ShardCache:
                 self._close_file(shard, fd, was_open)
             return True
 
+    def open_rows(self, shards: Iterable[int]) -> None:
+        """Open the rows of these shards (a batch's) that are not open yet, as their first reads
+        would, with their checks made together (checked.CheckedShards.locate_many), while every
+        shard of the dataset fits the row arena; otherwise each opens at its first read. The
+        descriptors open at once are those of shards about to be open, so never more than the
+        capacity."""
+        if not self._arena_open or self._placed == self._count:
+            return
+        with self:
+            todo = [shard for shard in shards if self._bases[shard] < 0 and self._rows[shard] is None]
+            for first in range(0, len(todo), OPEN_TOGETHER):
+                if not self._arena_open:
+                    return
+                self._open_rows_together(todo[first:first + OPEN_TOGETHER])
+
+    def _open_rows_together(self, shards: List[int]) -> None:
+        opened: List[Tuple[int, int, bool]] = []
+        try:
+            for shard in shards:
+                if OPEN_IN_PROCESS[0] + len(opened) >= process_budget():
+                    break           # the rest open one at a time, at their first reads
+                fd, was_open = self._open_file(shard)
+                opened.append((shard, fd, was_open))
+            wheres = self._shards.locate_many([shard for shard, _, _ in opened], [fd for _, fd, _ in opened])
+            for (shard, fd, _), where in zip(opened, wheres):
+                if where is None:
+                    self._rows[shard] = NOT_ROWS
+                elif not self._place(shard, fd, where):
+                    return          # the arena cannot take them: each is mapped at its first read
+        finally:
+            for shard, fd, was_open in opened:
+                self._close_file(shard, fd, was_open)
+
     def _place(self, shard: int, fd: int, where: FileRows) -> bool:
         """Map a shard's rows into the dataset's row arena (made for the first); False where the
         arena cannot take them."""
@@ -210,6 +246,7 @@ class ShardCache:
             self._arena_open = self._arena.usable
             return False
         OPEN_IN_PROCESS[0] += 1
+        self._placed += 1
         return True
 
     def _note_open(self, shard: int) -> None:
@@ -236,6 +273,7 @@ class ShardCache:
         if self._bases[shard] >= 0 and self._arena is not None:
             self._arena.withdraw(shard)
             OPEN_IN_PROCESS[0] -= 1
+            self._placed -= 1
         if reader is not None:
             reader.close()
         if was_open:
@@ -245,7 +283,9 @@ class ShardCache:
         """Open the first `capacity` shards now (their rows located and mapped without a reader
         where they can be), as their first reads would; how many are open. DataLoader workers
         forked afterwards inherit them (readers only when they are one read-only map)."""
-        for shard in range(min(self._count, self.capacity, process_budget())):
+        first = range(min(self._count, self.capacity, process_budget()))
+        self.open_rows(first)
+        for shard in first:
             if not self._open_rows(shard):
                 with self:
                     self.reader(shard)
@@ -282,6 +322,7 @@ class ShardCache:
                 self._shards.release(shard)
         self._arena = self._arena_rows = None     # unmapped once no row view holds it
         self._bases = [-1] * self._count
+        self._placed = 0
         self._arena_open = bool(self._max_rows) and self._count <= min(self.capacity, process_budget())
         self._rows = [None if self._max_rows else NOT_ROWS] * self._count
         self.table = None

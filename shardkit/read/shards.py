@@ -162,7 +162,9 @@ class ShardRecords:
         more shard maps alive than max_open_shards."""
         self.shard_cache.check_files()
         shards = np.searchsorted(self.shard_starts, wanted, side="right") - 1
-        count = len(distinct(shards))
+        touched = distinct(shards)
+        count = len(touched)
+        self.shard_cache.open_rows(touched.tolist())
         if len(wanted) < MIN_GROUP * count:
             out = [self._read(index) for index in wanted.tolist()]
         else:

@@ -155,10 +155,19 @@ def test_a_forged_locator_is_read_alike_by_every_path_and_reported_by_deep_verif
         rows_dataset).as_posix())] and "locator disagrees" in report.problems[0].message
 
 
-def test_small_located_rows_that_fail_their_crc32s_are_read_through_a_reader(rows_dataset: Path) -> None:
+#: Ways a dataset's shards first open: one read at a time, a batch (shards checked together), prepare.
+OPENINGS = {"reads": lambda ds: [ds[i] for i in range(len(ds))],
+            "batch": lambda ds: ds.__getitems__(list(range(len(ds)))),
+            "open_shards": lambda ds: ds.open_shards()}
+
+
+@pytest.mark.parametrize("opening", sorted(OPENINGS))
+def test_small_located_rows_that_fail_their_crc32s_are_read_through_a_reader(rows_dataset: Path,
+                                                                             opening: str) -> None:
     """A flipped byte in shard 1's rows: located rows of a small shard are checked against their
-    CRC32s as they open, so the shard is read through its reader instead (which names the damaged
-    row when reads are checked), while every other shard's rows are read where they lie."""
+    CRC32s as they open (alone or with the other shards of a batch), so the shard is read through
+    its reader instead (which names the damaged row when reads are checked), while every other
+    shard's rows are read where they lie."""
     from shardkit.formats import get_format
     manifest = shardkit.open_dataset(rows_dataset).manifest
     shard = rows_dataset / manifest.shards[1].path
@@ -177,7 +186,7 @@ def test_small_located_rows_that_fail_their_crc32s_are_read_through_a_reader(row
     (rows_dataset / TABLE_NAME).write_bytes(table)
     forge_manifest(rows_dataset, lambda data: data.update(sample_table=entry))
     with shardkit.open_dataset(rows_dataset, decode=None) as ds:
-        [ds[i] for i in range(len(ds))]
+        OPENINGS[opening](ds)
         info = ds.shard_cache.info()
         assert 1 not in info.placed and info.readers == (1,) and len(info.placed) == len(ds.manifest.shards) - 1
     with shardkit.open_dataset(rows_dataset, decode=None, verify_checksums=True) as ds:
