@@ -263,9 +263,10 @@ class CheckedShards:
         nbytes = rows.row_count * rows.row_dtype.itemsize
         if nbytes > CHECKED_ROWS_BYTES:
             return rows, None, None
-        # cheap here: the rows must be the ones their CRC32s describe
+        # cheap here: the rows must be the ones their CRC32s describe. Copied: a view would keep the
+        # bytes read first (up to 16 KiB) alive until the batch is checked, each batch's in fresh pages
         data = np.frombuffer(_read_range(view, (rows.offset, nbytes), path), np.uint8).reshape(rows.row_count, -1)
-        return rows, data, np.asarray(crcs, "<u4")      # as shard_mismatch compares
+        return rows, data.copy(), np.array(crcs, "<u4")      # as shard_mismatch compares
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
