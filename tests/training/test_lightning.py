@@ -2,6 +2,7 @@
 exactly once, and Lightning's worker seeding stays on (no worker_init_fn is needed)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -12,7 +13,9 @@ import pytest
 
 import shardkit
 
-pytest.importorskip("lightning")
+# Lightning runs only in the child process: importing it here (1.5 s of torch._dynamo) would cost
+# every collecting process that time for nothing.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="lightning is not installed")
 SCRIPT = Path(__file__).resolve().parent / "lightning_run.py"
 
 
