@@ -36,10 +36,11 @@ import shardkit
 CHILD = r"""
 import hashlib, json, os, sys, threading, time
 import shardkit
-import shardkit.ops.duplicates, shardkit.read.dataset  # imports (torch, h5py, ...) are not timed
-from shardkit.formats import format_names, get_format
-[get_format(name) for name in format_names()]
 mode, args = sys.argv[1], json.loads(sys.argv[2])
+if not mode.startswith("hash-"):    # imports (torch, h5py, ...) are not timed; hashing needs none of them
+    import shardkit.ops.duplicates, shardkit.read.dataset
+    from shardkit.formats import format_names, get_format
+    [get_format(name) for name in format_names()]
 peak, running = [0], [True]
 def anonymous():            # this process's private memory (RssAnon), sampled every 10 ms
     while running[0]:
