@@ -96,11 +96,12 @@ def test_a_corrupt_sample_is_named_from_a_worker(dataset_dir: Path, tmp_path: Pa
             list(in_process)
         assert (caught.value.shard, caught.value.index, caught.value.global_index) == \
             (ds.manifest.shards[shard].path, local, index)
-        workers = torch.utils.data.DataLoader(ds, batch_size=8, sampler=list(range(16, 32)), num_workers=2,
-                                              collate_fn=shardkit.collate_raw)
+        workers = iter(torch.utils.data.DataLoader(ds, batch_size=8, sampler=list(range(16, 32)), num_workers=2,
+                                                   collate_fn=shardkit.collate_raw))
         # torch rebuilds a worker's error from its text: the same class, naming the file, sample and problem
         with pytest.raises(CorruptSampleError, match="in DataLoader worker process") as caught_there:
             list(workers)
+        workers._shutdown_workers()
         assert f"{path}: sample {local} (global index {index}): fails its CRC32 check" in str(caught_there.value)
 
 
