@@ -21,7 +21,7 @@ from shardkit.errors import CorruptSampleError, CorruptShardError
 
 from .helpers import bit_flipped, make_tiny_tree, shard_paths
 
-FULL_TRIALS = 60
+FULL_TRIALS = 30
 DEEP_TRIALS = 30
 READER_TRIALS = 30
 METADATA_TRIALS = 30
