@@ -42,17 +42,28 @@ def rows_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def _many_cache(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return {"root": tmp_path_factory.mktemp("many")}
+
+
+@pytest.fixture
+def many(_many_cache: dict, rows_csv: Path, fmt: str) -> Path:
+    """rows_csv converted once per format, 2 rows a shard (SHARDS shards), for the tests that only read it."""
+    dst = _many_cache["root"] / fmt
+    if not (dst / "manifest.json").exists():
+        shardkit.convert(str(rows_csv), str(dst), format=fmt, label_column="label", samples_per_shard=2, quiet=True)
+    return dst
+
+
 @pytest.mark.parametrize("parent", ["lazy", "open_shards"])
-def test_random_reads_over_many_shards_stay_within_the_descriptor_limit(
-        rows_csv: Path, tmp_path: Path, fmt: str, parent: str) -> None:
+def test_random_reads_over_many_shards_stay_within_the_descriptor_limit(many: Path, parent: str) -> None:
     """Under open_shards the parent holds its whole budget when it forks the workers, who keep
     those readers (map-only formats) and open the rest within the same limit."""
-    dst = tmp_path / "many"
-    shardkit.convert(str(rows_csv), str(dst), format=fmt, label_column="label", samples_per_shard=2, quiet=True)
-    with shardkit.open_dataset(dst, decode=None) as ds:
+    with shardkit.open_dataset(many, decode=None) as ds:
         assert len(ds.manifest.shards) == SHARDS
         expected = sorted([bytes(memoryview(ds[i][0])).hex(), ds[i][1]] for i in range(len(ds)))
-    out = subprocess.run([sys.executable, "-c", READER.format(limit=LIMIT), str(dst), parent], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", READER.format(limit=LIMIT), str(many), parent], capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout)
@@ -111,13 +122,11 @@ print(json.dumps({{"budget": ds.max_open_shards, "open": len(set(info.open) | se
 """
 
 
-def test_a_dataset_within_its_budget_keeps_every_shard_open(rows_csv: Path, tmp_path: Path, fmt: str) -> None:
+def test_a_dataset_within_its_budget_keeps_every_shard_open(many: Path) -> None:
     """300 shards under a budget of 344 all stay open (rows located in their files go to the row
     arena, which holds no descriptor and no reader)."""
     limit = 600
-    dst = tmp_path / "within"
-    shardkit.convert(str(rows_csv), str(dst), format=fmt, label_column="label", samples_per_shard=2, quiet=True)
-    out = subprocess.run([sys.executable, "-c", ALL_READY.format(limit=limit), str(dst)], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", ALL_READY.format(limit=limit), str(many)], capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout)
