@@ -56,6 +56,18 @@ def test_under_a_small_budget_rows_are_mapped_shard_by_shard_within_it(rows_data
     assert shard_files_held(rows_dataset) == 0
 
 
+def test_open_shards_opens_the_first_shards_up_to_the_budget_and_no_more(rows_dataset: Path) -> None:
+    """open_shards() under a budget smaller than the dataset opens its first max_open_shards shards
+    (their rows mapped, no reader) and touches no other: rather than opening every shard in turn,
+    each setting aside an earlier one."""
+    with shardkit.open_dataset(rows_dataset, decode=None, max_open_shards=2) as ds:
+        assert ds.open_shards() == 2
+        info = ds.shard_cache.info()
+        assert info.open == (0, 1) and info.mapped == (0, 1) and not info.readers and not info.placed
+    with shardkit.open_dataset(rows_dataset, decode=None) as ds:
+        assert ds.open_shards() == SHARDS and ds.shard_cache.info().placed == tuple(range(SHARDS))
+
+
 def test_a_read_counts_as_recent_use(rows_dataset: Path) -> None:
     """Under a full budget the least recently read shard goes first, not the least recently opened."""
     with shardkit.open_dataset(rows_dataset, decode=None, max_open_shards=2) as ds:
