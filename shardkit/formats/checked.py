@@ -55,13 +55,10 @@ def recorded_options(fmt: ShardFormat, manifest: Manifest, root: str) -> FormatO
 
 
 #: Located rows of at most this many bytes (a small shard's) are checked against their CRC32s when
-#: they open, from the bytes the locator's checks read (no read of their own for a shard of up to
-#: 16 KiB): about 10 us for 100 rows. Checked at open, not lazily at each row's first read: a
-#: located row is a view of the row arena, whose reads have no hook short of a test on every read
-#: (the hot path), and a shard opened is almost always read whole (an epoch reads every row), so a
-#: row-by-row check would cost more (a zlib call a row) and one at the first read is this check.
-#: Either way a row is checked before it is returned; a shard with a failing row is read through
-#: its reader, as verify reads it.
+#: they open, from the bytes the locator's checks read (no read of their own up to 16 KiB). At open,
+#: not at each row's first read: a located row is a view of the row arena, whose reads have no hook
+#: short of a test on every read (the hot path), and an epoch reads every row of a shard it opens.
+#: A shard with a failing row is read through its reader, as verify reads it.
 CHECKED_ROWS_BYTES = 64 << 10
 
 
@@ -228,11 +225,10 @@ class CheckedShards:
         found = [self._located(shard, fd, table) for shard, fd in zip(shards, fds)]
         small = [k for k, one in enumerate(found) if one is not None and one[1] is not None]
         widths = {found[k][0].row_dtype.itemsize for k in small}    # type: ignore[index]
-        if len(widths) == 1:
-            data = np.concatenate([found[k][1] for k in small])     # type: ignore[index]
-            crcs = np.concatenate([found[k][2] for k in small])     # type: ignore[index]
-            if row_crc32(data).tobytes() == crcs.tobytes():
-                return [None if one is None else one[0] for one in found]
+        if len(widths) == 1 and _rows_match(np.concatenate([found[k][1] for k in small]),      # type: ignore[index]
+                                            np.concatenate([found[k][2] for k in small])):     # type: ignore[index]
+            return [None if one is None else one[0] for one in found]
+        # a row that fails: its shard is read through its reader, which names the row when reads are checked
         return [None if one is None or (one[1] is not None and not _rows_match(one[1], one[2])) else one[0]
                 for one in found]
 
@@ -275,8 +271,7 @@ class CheckedShards:
 
 
 def _rows_match(data: np.ndarray, crcs: np.ndarray) -> bool:
-    """Whether each row's zlib.crc32 is its CRC32; a row that fails is read through the shard's
-    reader, which names it when reads are checked."""
+    """Whether the zlib.crc32 of each row of data is its entry in crcs (little-endian uint32)."""
     return row_crc32(data).tobytes() == crcs.tobytes()
 
 

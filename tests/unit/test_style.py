@@ -1,6 +1,8 @@
-"""flake8 passes on the package, tests and benchmarks (configuration in setup.cfg)."""
+"""flake8 passes on the package, tests and benchmarks (configuration in setup.cfg); the package's
+modules and functions stay small."""
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,25 @@ def test_flake8_clean() -> None:
     targets = [name for name in ("shardkit", "tests", "benchmarks") if (REPO / name).exists()]
     done = subprocess.run([sys.executable, "-m", "flake8", *targets], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+#: The most lines a module, and a function, of the package may hold.
+MODULE_LINES, FUNCTION_LINES = 400, 60
+
+
+def test_no_module_or_function_of_the_package_is_long() -> None:
+    too_long = []
+    for path in sorted((REPO / "shardkit").rglob("*.py")):
+        source = path.read_text()
+        name = path.relative_to(REPO).as_posix()
+        if len(source.splitlines()) > MODULE_LINES:
+            too_long.append(f"{name}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > FUNCTION_LINES:
+                    too_long.append(f"{name}:{node.lineno} {node.name}: {length} lines")
+    assert not too_long, too_long
 
 
 def test_each_name_a_package_exports_is_defined_once() -> None:
