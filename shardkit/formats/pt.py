@@ -1,4 +1,4 @@
-"""PyTorch .pt shards: one torch.save file per shard holding packed tensors and plain metadata.
+"""PyTorch .pt shards: one torch.save archive per shard holding packed tensors and plain metadata.
 
 Layout (formats/pt.md is the byte-level contract), a dict with keys in this order:
   shardkit_format "pt", format_version, layout, dtype, shape, compression, num_samples (plain types)
@@ -44,7 +44,7 @@ class PTFormat(ShardFormat):
 
     def open_writer(self, path: str, schema: SampleSchema, options: FormatOptions,
                     dataset_id: str = "") -> ShardWriter:
-        from .pt_writer import PTWriter     # torch, only where shards are written
+        from .pt_writer import PTWriter
         return PTWriter(path, schema, dataset_id)
 
     def open_reader(self, path: str, schema: SampleSchema, options: Optional[FormatOptions] = None,

@@ -1,9 +1,9 @@
 """The locator of a .pt shard (format version 3): where each tensor's bytes lie in the file.
 
-torch.save writes a zip archive; the writer then stores the locator as the archive's comment (zip
-readers, torch's included, skip it), so a reader finds it with one pread of the file's tail and
-maps the tensors without torch's weights-only unpickler (most of a ~7 ms open, paid again by every
-fresh DataLoader worker for every shard). formats/pt.md is the byte-level contract.
+A shard is the zip archive torch.save writes (pt_archive); the writer then stores the locator as
+the archive's comment (zip readers, torch's included, skip it), so a reader finds it with one pread
+of the file's tail and maps the tensors without torch's weights-only unpickler (most of a ~7 ms
+open, paid again by every fresh DataLoader worker for every shard). formats/pt.md is the byte-level contract.
 
 The locator is untrusted: `parse` checks its CRC32, its fields' types, that every range lies in
 the archive before its end record and that no two overlap; `meta_crc32` (every byte outside the
@@ -70,7 +70,7 @@ class PTLocator:
 
 
 def seal(path: str, fields: Dict[str, Any], nbytes: Dict[str, int]) -> None:
-    """Append the locator to the .pt archive torch.save just wrote at path (as its comment).
+    """Append the locator to the .pt archive just written at path (as its comment).
     Nothing is appended when the archive is not laid out as expected (a later torch): the shard
     then opens through torch.load, as version 2 did."""
     tables = _tensor_ranges(path, nbytes)

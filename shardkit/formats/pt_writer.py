@@ -1,30 +1,24 @@
-"""Writes a .pt shard: payloads packed into one byte buffer, torch.save at close, then the locator."""
+"""Writes a .pt shard: payloads packed into one byte buffer, torch.save's archive at close (written by
+pt_archive, without torch), then the locator."""
 from __future__ import annotations
 
 from array import array
 from typing import Any, Optional, Sequence
 
 import numpy as np
-import torch
 
 from ..records import Encoded, EncodedRows
 from ..schema import SampleSchema
 from .base import ShardWriter
 from .keys import KeyPacker
+from .pt_archive import Tensor, write
 from .packing import add_columns, add_offsets, compress, compress_run, payload_bytes, raw_rows, run_bytes
 from .pt_layout import FORMAT_NAME, FORMAT_VERSION
 from .pt_locator import seal
 
 
-def _tensor(buffer: Any, dtype: torch.dtype) -> torch.Tensor:
-    """A tensor sharing a non-empty buffer's memory (torch.frombuffer refuses empty ones)."""
-    if len(buffer) == 0:
-        return torch.zeros(0, dtype=dtype)
-    return torch.frombuffer(buffer, dtype=dtype)
-
-
 class PTWriter(ShardWriter):
-    """Packs payloads into one growing byte buffer; torch.save writes everything at close."""
+    """Packs payloads into one growing byte buffer; the archive is written at close."""
 
     def __init__(self, path: str, schema: SampleSchema, dataset_id: str) -> None:
         self._path = path
@@ -81,22 +75,39 @@ class PTWriter(ShardWriter):
             "dtype": schema.dtype if schema.is_array else None,
             "shape": list(schema.shape) if schema.is_array else None,
             "compression": schema.compression, "num_samples": len(self._labels),
-            "data": _tensor(self._data, torch.uint8), "offsets": _tensor(self._offsets, torch.int64),
-            "raw_lengths": _tensor(self._raw_lengths, torch.int64), "labels": _tensor(self._labels, torch.int64),
-            "crc32": _tensor(self._crcs, torch.int64), "dataset_id": self._dataset_id,
+            "data": Tensor(self._data, "uint8", (len(self._data),)),
+            "offsets": _int64(self._offsets), "raw_lengths": _int64(self._raw_lengths),
+            "labels": _int64(self._labels), "crc32": _int64(self._crcs), "dataset_id": self._dataset_id,
         }
         key_data, key_blocks = self._keys.finish()
-        shard["keys"] = _tensor(bytearray(key_data), torch.uint8)
-        shard["key_blocks"] = torch.from_numpy(key_blocks)
-        # A file object (not a path) keeps the archive's inner folder name fixed ("archive"),
-        # so the bytes do not depend on the (temporary) file name.
+        shard["keys"] = Tensor(bytearray(key_data), "uint8", (len(key_data),))
+        shard["key_blocks"] = Tensor(np.ascontiguousarray(key_blocks, dtype=np.int64), "int64", key_blocks.shape)
         with open(self._path, "wb") as handle:
-            torch.save(shard, handle)
-        fields = {name: value for name, value in shard.items() if not isinstance(value, torch.Tensor)}
-        seal(self._path, fields, {name: value.numel() * value.element_size() for name, value in shard.items()
-                                  if isinstance(value, torch.Tensor)})
+            if not write(handle, shard):
+                _torch_save(handle, shard)
+        fields = {name: value for name, value in shard.items() if not isinstance(value, Tensor)}
+        seal(self._path, fields, {name: memoryview(value.data).nbytes for name, value in shard.items()
+                                  if isinstance(value, Tensor)})
         del shard
         self._data = None
 
     def abort(self) -> None:
         self._data = None
+
+
+def _int64(column: array) -> Tensor:
+    return Tensor(column, "int64", (len(column),))
+
+
+def _torch_save(handle: Any, shard: dict) -> None:
+    """torch.save(shard): for an archive of 4 GiB or more, which needs zip64 headers. A file object
+    (not a path) keeps the archive's inner folder name fixed ("archive")."""
+    import torch
+
+    def as_tensor(value: Tensor) -> torch.Tensor:
+        dtype = torch.uint8 if value.dtype == "uint8" else torch.int64
+        if not memoryview(value.data).nbytes:
+            return torch.zeros(value.shape, dtype=dtype)
+        return torch.frombuffer(memoryview(value.data).cast("B"), dtype=dtype).reshape(value.shape)
+    torch.save({name: as_tensor(value) if isinstance(value, Tensor) else value for name, value in shard.items()},
+               handle)

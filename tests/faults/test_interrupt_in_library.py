@@ -1,6 +1,7 @@
 """A Ctrl-C that lands inside a format library's own write is still an interruption (exit 130,
---resume finishes), not a failed write: torch.save turns the KeyboardInterrupt raised in its
-write callback into a RuntimeError ("unexpected pos"), which the sink reports as a write error."""
+--resume finishes), not a failed write: torch.save (which writes .pt shards of 4 GiB or more)
+turns the KeyboardInterrupt raised in its write callback into a RuntimeError ("unexpected pos"),
+which the sink reports as a write error."""
 from __future__ import annotations
 
 import os
@@ -18,7 +19,8 @@ def test_ctrl_c_inside_torch_save_is_an_interruption(image_tree: Path, tmp_path:
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    import shardkit.formats.pt_writer as pt_format
+    from shardkit.formats import pt_archive
+    monkeypatch.setattr(pt_archive, "ZIP32_LIMIT", 0)        # every shard "too big": torch.save writes it
     real_save = torch.save
     calls = []
 
@@ -33,12 +35,12 @@ def test_ctrl_c_inside_torch_save_is_an_interruption(image_tree: Path, tmp_path:
                 raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1344 vs 1238")
         real_save(obj, handle)
     dst = tmp_path / "dst"
-    monkeypatch.setattr(pt_format.torch, "save", save_hit_by_ctrl_c)
+    monkeypatch.setattr(torch, "save", save_hit_by_ctrl_c)
     with pytest.raises(ConversionInterrupted) as caught:
         shardkit.convert(str(image_tree), str(dst), format="pt", samples_per_shard=30, workers=1, quiet=True)
     assert caught.value.exit_code == 130 and "--resume" in str(caught.value)
     assert not (dst / "manifest.json").exists()
-    monkeypatch.setattr(pt_format.torch, "save", real_save)
+    monkeypatch.setattr(torch, "save", real_save)
     report = shardkit.convert(str(image_tree), str(dst), format="pt", samples_per_shard=30, workers=1, quiet=True,
                               resume=True)
     assert report.shards_reused >= 1 and report.num_shards == report.shards_written + report.shards_reused
