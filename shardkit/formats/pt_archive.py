@@ -51,14 +51,16 @@ def write(handle: BinaryIO, shard: Dict[str, Any]) -> bool:
                                       ("byteorder", sys.byteorder.encode())]
     records += [(f"data/{key}", tensor.data) for key, tensor in enumerate(tensors)]
     records.append(("version", b"3\n"))
-    records.append((".data/serialization_id", _serialization_id(records)))
+    crcs = [zlib.crc32(data) for _, data in records]
+    records.append((".data/serialization_id", _serialization_id(records, crcs)))
+    crcs.append(zlib.crc32(records[-1][1]))
     if _archive_size(records) >= ZIP32_LIMIT:
         return False
     central = bytearray()
     position = 0
-    for name, data in records:
+    for (name, data), crc in zip(records, crcs):
         full = b"archive/" + name.encode()
-        size, crc = memoryview(data).nbytes, zlib.crc32(data)
+        size = memoryview(data).nbytes
         start = position + _LOCAL.size + len(full) + 4
         padding = -start % ALIGNMENT
         flags = 0x0808 if size else 0x0800     # UTF-8 names; a data descriptor after each non-empty record
@@ -85,14 +87,14 @@ def _archive_size(records: List[Tuple[str, Any]]) -> int:
     return sum(per_record + 2 * (8 + len(name)) + memoryview(data).nbytes for name, data in records) + 200
 
 
-def _serialization_id(records: List[Tuple[str, Any]]) -> bytes:
+def _serialization_id(records: List[Tuple[str, Any]], crcs: List[int]) -> bytes:
     """Twenty digits combining the records' names, twenty combining their CRC32s (torch's form)."""
-    names = crcs = 0
-    for name, data in records:
+    names = combined = 0
+    for (name, data), crc in zip(records, crcs):
         names = _combine(names, zlib.crc32(name.encode()))
         if memoryview(data).nbytes:
-            crcs = _combine(crcs, zlib.crc32(data))
-    return b"%020d%020d" % (names, crcs)
+            combined = _combine(combined, crc)
+    return b"%020d%020d" % (names, combined)
 
 
 def _combine(seed: int, value: int) -> int:
