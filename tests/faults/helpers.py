@@ -99,6 +99,16 @@ def bit_flipped(path: Path, offset: int, bit: int) -> Iterator[None]:
         flip_bit(path, offset, bit)
 
 
+@contextlib.contextmanager
+def bits_flipped(flips: Dict[Path, Tuple[int, int]]) -> Iterator[None]:
+    """Within the block, one real bit of each file (path: (offset, bit)) is flipped; all are
+    flipped back afterwards."""
+    with contextlib.ExitStack() as stack:
+        for path, (offset, bit) in flips.items():
+            stack.enter_context(bit_flipped(path, offset, bit))
+        yield
+
+
 def flip_bit(path: Path, offset: int, bit: int) -> None:
     """Flip one real bit of a real file in place."""
     with open(path, "r+b") as handle:

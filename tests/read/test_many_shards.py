@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -90,13 +91,12 @@ print(json.dumps({{"budgets": [first.max_open_shards, second.max_open_shards], "
 def test_two_datasets_in_one_process_share_its_descriptor_limit(tmp_path: Path, fmt: str) -> None:
     """Each dataset's own budget fits the limit, the two together would not: the process's open
     shard files stay within it, whoever holds them."""
-    limit, shards = 600, 400      # each budget is 600 - 256 = 344, both together 688 (> 600)
+    limit, shards = 520, 280      # each budget is 520 - 256 = 264 (< 280), both together 528 (> 520)
     csv = tmp_path / "rows.csv"
     csv.write_text("a,label\n" + "".join(f"{i},c{i % 5}\n" for i in range(shards)))
-    paths = []
-    for name in ("first", "second"):
-        paths.append(str(tmp_path / name))
-        shardkit.convert(str(csv), paths[-1], format=fmt, label_column="label", samples_per_shard=1, quiet=True)
+    paths = [str(tmp_path / "first"), str(tmp_path / "second")]
+    shardkit.convert(str(csv), paths[0], format=fmt, label_column="label", samples_per_shard=1, quiet=True)
+    shutil.copytree(paths[0], paths[1])         # the same rows in other files: a second set of shards
     out = subprocess.run([sys.executable, "-c", TWO_DATASETS.format(limit=limit), *paths], capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
