@@ -47,8 +47,10 @@ def gaps_crc32(view: Any, ranges: Iterable[Range], start: int, stop: int) -> int
         view = view.through(stop)
     crc, position = 0, start
     for begin, end in spans(ranges):
-        crc = zlib.crc32(view[position:max(position, begin)], crc)
-        position = max(position, end)
+        if begin > position:
+            crc = zlib.crc32(view[position:begin], crc)
+        if end > position:
+            position = end
     return zlib.crc32(view[position:stop], crc)
 
 

@@ -67,7 +67,7 @@ class PTFormat(ShardFormat):
         reader checks it), when its data tensor holds exactly the uncompressed rows of the schema."""
         if not schema.is_array or schema.compression != "none":
             return None
-        locator = located(fd, path)
+        locator = located(fd, path, size)
         if locator is None or field_problem(locator.fields, schema) is not None:
             return None
         offset, nbytes = locator.tables["data"]

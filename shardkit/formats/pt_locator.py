@@ -145,7 +145,7 @@ def read_locator(fd: int, path: str, file_size: int, whole: bytes = b"") -> Opti
     if record[0] != _END_SIGNATURE or record[-1] != comment:
         raise _corrupt(path, "is not the archive's comment")
     try:
-        body = json.loads(text)
+        body = json.loads(text.decode("utf-8"))       # the writer's encoding: no detection
         fields, tables = body["fields"], {name: tuple(body["tables"][name]) for name, _ in TENSORS}
     except (ValueError, KeyError, TypeError):
         raise _corrupt(path, "is not the expected JSON") from None
@@ -166,7 +166,7 @@ def _problem(loc: PTLocator, comment: int, file_size: int) -> Optional[str]:
     if not isinstance(count, int) or isinstance(count, bool) or count < 0 or not isinstance(ident, str):
         return f"num_samples {count!r} or dataset_id {ident!r}"
     for pair in loc.tables.values():
-        if len(pair) != 2 or type(pair[0]) is not int or type(pair[1]) is not int or min(pair) < 0:
+        if len(pair) != 2 or type(pair[0]) is not int or type(pair[1]) is not int or pair[0] < 0 or pair[1] < 0:
             return "has ranges that are not pairs of non-negative integers"
     if loc.file_size != file_size:
         return None                     # not this file's locator: `describes` sends it to torch.load

@@ -212,11 +212,12 @@ def field_problem(shard: Any, schema: SampleSchema) -> Optional[str]:
     return None
 
 
-def located(fd: int, path: str) -> Optional[PTLocator]:
+def located(fd: int, path: str, size: Optional[int] = None) -> Optional[PTLocator]:
     """A version-3 shard's locator, when it still describes the archive (what a reader and peek may
     trust), checked with preads (one, for a small shard); None otherwise, and torch.load reads the
-    shard. CorruptShardError when the locator itself is damaged."""
-    size = os.fstat(fd).st_size
+    shard. CorruptShardError when the locator itself is damaged. size: the file's, when known."""
+    if size is None:
+        size = os.fstat(fd).st_size
     first = os.pread(fd, FIRST_READ, 0) if size <= FIRST_READ else b""
     found = read_locator(fd, path, size, first)
     if found is None:
