@@ -79,7 +79,7 @@ class HDF5Format(ShardFormat):
         run of chunks."""
         if not schema.is_array or schema.compression != "none":
             return None
-        locator = located(fd, path)
+        locator = located(fd, path, size)
         if locator is None or locator.row_bytes != schema.sample_nbytes or not len(locator.chunks) or \
                 (len(locator.chunks) > 1 and (np.diff(locator.chunks) != locator.chunk_bytes).any()):
             return None

@@ -375,15 +375,17 @@ def short_error(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def located(fd: int, path: str) -> Optional[Locator]:
+def located(fd: int, path: str, size: Optional[int] = None) -> Optional[Locator]:
     """A version-3 shard's locator, when it maps the data and still describes the file (what a
     reader and peek may trust), checked with preads (one, for a small shard); None otherwise, and
-    h5py reads the shard. CorruptShardError when the locator itself is damaged."""
+    h5py reads the shard. CorruptShardError when the locator itself is damaged. size: the file's,
+    when known."""
     first = os.pread(fd, FIRST_READ, 0)
     raw = read_head(fd, path, first)
     if raw is None:
         return None
-    size = os.fstat(fd).st_size
+    if size is None:
+        size = os.fstat(fd).st_size
     locator = parse(raw, path, size)
     view = FileView(fd, size, first)
     if not locator.mapped or not describes(locator, view, size):
